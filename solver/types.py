@@ -49,6 +49,9 @@ class ClusterView:
     round_length: float          # seconds (the reference's time_per_iteration, 120 s)
     num_gpus: int
     jobs: tuple[JobView, ...]
+    # seconds each job ran in the previous round, including jobs that finished in it
+    last_round_run_time: Mapping = field(default_factory=dict)
+    total_jobs: int = 0          # jobs in the whole workload, when known (0 = unknown)
 
     def job(self, job_id) -> JobView:
         for j in self.jobs:

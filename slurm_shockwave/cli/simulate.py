@@ -1,0 +1,142 @@
+"""`shockwave simulate`: replay a workload through the round loop on a simulated cluster."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..data_files import DEFAULT_EXPERIMENT, EXPERIMENTS, experiment_paths
+from .common import OneLineError, console, emit_json
+
+REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
+
+
+@click.command()
+@click.option("--trace", "workload", type=click.Path(dir_okay=False), default=None,
+              help="A reference .trace or our job spec (.toml/.json/.jsonl). Default: the bundled 120-job trace.")
+@click.option("--throughputs", type=click.Path(dir_okay=False), default=None,
+              help="Gavel-format throughputs JSON. Default: the experiment's.")
+@click.option("--gpus", type=int, default=None, help="GPUs in the simulated cluster. Default: the experiment's.")
+@click.option("--experiment", type=click.Choice(sorted(EXPERIMENTS)), default=DEFAULT_EXPERIMENT,
+              show_default=True, help="Bundled reference experiment providing the defaults.")
+@click.option("--policy", "policy_name", default="shockwave", show_default=True,
+              help="shockwave, a baseline (max_min_fairness, finish_time_fairness, allox, max_sum_throughput, "
+                   "min_total_duration, gandiva_fair, fifo) or 'all'.")
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="Shockwave hyperparameters (JSON/TOML). Default: the experiment's config.")
+@click.option("--round-length", type=float, default=120.0, show_default=True, help="Seconds per round.")
+@click.option("--profile", type=click.Path(dir_okay=False), default=None,
+              help="Job profile (ground-truth batch-size schedules); bundled ones are found automatically.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the full results (per job, utilisation timeline) as JSON here.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+def simulate(workload, throughputs, gpus, experiment, policy_name, config, round_length, profile, as_json, output,
+             progress):
+    """Simulate POLICY on a workload and print the paper's metrics."""
+    from solver.policies import policy_names
+
+    from ..simulate import run_simulation
+    from ..workload.errors import WorkloadError
+
+    exp = experiment_paths(experiment)
+    workload = workload or str(exp["trace"])
+    throughputs = throughputs or str(exp["throughputs"])
+    gpus = gpus if gpus is not None else exp["gpus"]
+    if gpus <= 0:
+        raise OneLineError(f"--gpus must be positive, got {gpus}")
+    if round_length <= 0:
+        raise OneLineError(f"--round-length must be positive, got {round_length}")
+    names = policy_names() if policy_name == "all" else [policy_name]
+    cfg = _load_config(config or exp["config"]) if "shockwave" in names else None
+    results = {}
+    for name in names:
+        try:
+            results[name] = run_simulation(workload, throughputs, gpus, name, round_length, cfg, profile,
+                                           on_round=_progress(name, progress, as_json))
+        except (WorkloadError, ValueError) as e:
+            raise OneLineError(str(e)) from None
+    _finish_progress()
+    reference = _reference_rows(workload, gpus, round_length)
+    if output:
+        Path(output).write_text(json.dumps({"workload": str(workload), "gpus": gpus, "round_length": round_length,
+                                            "results": {n: r.to_json() for n, r in results.items()},
+                                            "reference": reference}, indent=1, default=str))
+    if as_json:
+        emit_json({"workload": str(workload), "gpus": gpus,
+                   "results": {n: {k: v for k, v in r.to_json().items() if k not in ("jobs_detail",
+                                                                                  "utilization_timeline")}
+                               for n, r in results.items()},
+                   "reference": reference})
+        return
+    _table(results, reference)
+
+
+def _load_config(path):
+    from solver.policies.shockwave import ShockwaveConfig
+    try:
+        return ShockwaveConfig.from_file(path)
+    except (OSError, ValueError) as e:
+        raise OneLineError(f"{path}: {e}") from None
+
+
+_bar = {}
+
+
+def _progress(name, progress, quiet):
+    import sys
+    if quiet or (progress is None and not sys.stdout.isatty()) or progress is False:
+        return None
+    from rich.progress import Progress
+    if "p" not in _bar:
+        _bar["p"] = Progress(transient=True)
+        _bar["p"].start()
+    task = _bar["p"].add_task(f"{name}", total=None)
+
+    def on_round(record, view):
+        _bar["p"].update(task, advance=1,
+                         description=f"{name}: round {record.round_index}, t={view.now / 3600:.2f} h, "
+                                     f"{len(view.jobs)} active")
+    return on_round
+
+
+def _finish_progress():
+    if "p" in _bar:
+        _bar.pop("p").stop()
+
+
+def _reference_rows(workload, gpus, round_length):
+    """The reference's shipped numbers when the workload is the bundled 120-job trace on 32 GPUs."""
+    from ..data_files import REFERENCE_RESULTS
+    exp = experiment_paths("tacc_32gpus")
+    if Path(workload).name != exp["trace"].name or gpus != 32 or round_length != 120:
+        return {}
+    data = json.loads((REFERENCE_RESULTS / "shipped_result_pickles_summary.json").read_text())
+    rows = {}
+    for key, v in data.items():
+        if key.startswith("tacc_32gpus/") and "old_" not in key and "new_orig" not in key:
+            rows[v["policy"]] = {"makespan": v["makespan"], "avg_jct": v["avg_jct"], "worst_rho": v["worst_ftf"],
+                                 "unfair_fraction": v["unfair_fraction_pct_gt1.05"], "utilization": v["cluster_util"]}
+    return rows
+
+
+def _table(results, reference):
+    from rich.table import Table
+    t = Table(title="Simulation results" + (" (reference: shipped results of the Shockwave repository)"
+                                             if reference else ""))
+    for col in ("policy", "makespan s", "avg JCT s", "worst rho", "unfair % (>1.05)", "unfair % (>1.1)",
+                "util", "rounds", "wall s"):
+        if col == "policy":
+            t.add_column(col, no_wrap=True, min_width=22)
+        else:
+            t.add_column(col, justify="right")
+    for name, r in results.items():
+        m = r.metrics
+        t.add_row(name, f"{m.makespan:,.0f}", f"{m.avg_jct:,.0f}", f"{m.worst_rho:.3f}", f"{m.unfair_fraction:.2f}",
+                  f"{m.unfair_fraction_1_1:.2f}", f"{m.utilization:.3f}", str(r.rounds), f"{r.wall_seconds:.1f}")
+        ref = reference.get(REFERENCE_NAMES.get(name, name))
+        if ref:
+            t.add_row(f"  reference", f"{ref['makespan']:,.0f}", f"{ref['avg_jct']:,.0f}", f"{ref['worst_rho']:.3f}",
+                      f"{ref['unfair_fraction']:.2f}", "", f"{ref['utilization']:.3f}", "", "", style="dim")
+    console().print(t)

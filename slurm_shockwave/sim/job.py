@@ -1,0 +1,105 @@
+"""One simulated job's training state and its batch-size adaptation (reference notes section 3.3)."""
+from __future__ import annotations
+
+import math
+
+from ..workload.jobs import JobSpec
+from ..workload.models import MIN_BATCH_SIZE, accordion_critical, steps_per_epoch
+
+
+class SimJob:
+    def __init__(self, spec: JobSpec, throughputs):
+        self.spec = spec
+        self._thr_table = throughputs
+        self.bs = spec.initial_bs
+        self.total_steps = spec.total_steps
+        self.steps_run = 0
+        self.run_time = 0.0
+        self.rounds_run = 0
+        self.restarts = 0
+        self.big_bs = self.small_bs = False
+        self.bs_history: list[int] = []
+        self.finish_time: float | None = None
+        self.throughput = throughputs.get(spec.model, self.bs, spec.num_gpus)
+        self.max_bs = spec.max_bs or spec.initial_bs
+
+    # ------------------------------------------------------------------ progress
+    @property
+    def spe(self) -> int:
+        return steps_per_epoch(self.spec.samples, self.bs)
+
+    @property
+    def remaining_steps(self) -> int:
+        return self.total_steps - self.steps_run
+
+    def steps_for_round(self, length: float) -> int:
+        return min(int(self.throughput * length), self.remaining_steps)
+
+    def add_steps(self, steps: int) -> None:
+        before = self.steps_run // self.spe
+        self.steps_run += steps
+        after = self.steps_run // self.spe
+        self.bs_history.extend([self.bs] * max(0, after - before))
+
+    # ------------------------------------------------------------------ adaptation
+    def set_adaptation_flags(self) -> None:
+        """Called for every active job at the start of each round (after completions)."""
+        epoch = math.ceil(self.steps_run / self.spe)   # the reference rounds up here
+        if self.spec.mode == "gns" and self.spec.gns_schedule:
+            sched = self.spec.gns_schedule
+            target = max(sched[min(epoch, len(sched) - 1)], sched[min(epoch + 1, len(sched) - 1)])
+            if target > self.bs and self.bs != self.max_bs:
+                self.big_bs = True
+        elif self.spec.mode == "accordion":
+            if self.spec.accordion_critical is not None:
+                critical = epoch in self.spec.accordion_critical
+            else:
+                critical = accordion_critical(self.spec.model, self.spec.initial_bs, epoch)
+            if critical is None:
+                return
+            if self.bs == self.spec.initial_bs and not critical and self.bs != self.max_bs:
+                self.big_bs = True
+            elif self.bs != self.spec.initial_bs and critical and \
+                    self.bs != MIN_BATCH_SIZE.get(self.spec.model, 0):
+                self.small_bs = True
+
+    def apply_batch_size_change(self) -> bool:
+        """At the end of a round the job ran: act on the flags.  Completed epochs are preserved."""
+        if not (self.big_bs or self.small_bs):
+            return False
+        big = self.big_bs
+        self.big_bs = self.small_bs = False
+        if self.spec.initial_bs == self.max_bs:
+            return False
+        old = self.bs
+        if self.spec.mode == "gns":
+            new = 2 * old
+        elif self.spec.mode == "accordion":
+            new = self.max_bs if big else self.spec.initial_bs
+        else:
+            return False
+        thr = self._thr_table.get(self.spec.model, new, self.spec.num_gpus)
+        if thr is None or new == old:
+            return False
+        samples = self.spec.samples
+        old_spe, new_spe = steps_per_epoch(samples, old), steps_per_epoch(samples, new)
+        old_epochs = math.ceil(self.total_steps / old_spe)
+        new_total = math.ceil(self.total_steps * old / new)
+        if math.ceil(new_total / new_spe) != old_epochs:
+            new_total = new_spe * old_epochs
+        completed = math.ceil(self.steps_run / old_spe)
+        if completed > len(self.bs_history):          # a partial epoch is rounded up, as the reference does
+            self.bs_history.extend([old] * (completed - len(self.bs_history)))
+        self.total_steps = new_total
+        self.steps_run = completed * new_spe
+        self.bs = new
+        self.throughput = thr
+        return True
+
+    @property
+    def epochs_done(self) -> int:
+        return self.steps_run // self.spe
+
+    @property
+    def job_type(self) -> str:
+        return f"{self.spec.model} (batch size {self.bs})"

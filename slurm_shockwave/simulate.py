@@ -1,0 +1,73 @@
+"""Run a workload through the round loop on a SimulatedCluster and score it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from solver.policies import make_policy
+
+from .controller.loop import RoundLoop
+from .data_files import bundled_profile_for
+from .metrics import Metrics, compute
+from .sim.cluster import SimulatedCluster
+from .workload import profiles
+from .workload.errors import WorkloadError
+from .workload.spec import read_spec
+from .workload.throughputs import ThroughputTable
+from .workload.trace import read_trace
+
+
+@dataclass
+class SimResult:
+    metrics: Metrics
+    records: list
+    rounds: int
+    wall_seconds: float
+    decide_seconds: float
+    fallbacks: int
+    utilization_timeline: list = field(default_factory=list)
+    round_log: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        m = self.metrics
+        return {**m.summary(), "rounds": self.rounds, "wall_seconds": round(self.wall_seconds, 3),
+                "decide_seconds": round(self.decide_seconds, 3), "fallbacks": self.fallbacks,
+                "jobs_detail": [{"job_id": r.job_id, "user": r.user, "gpus": r.num_gpus, "arrival": r.arrival_time,
+                                 "finish": r.finish_time, "jct": r.jct, "rho": rho, "restarts": r.restarts,
+                                 "isolated_runtime": r.isolated_runtime}
+                                for r, rho in zip(sorted(self.records, key=lambda r: (r.arrival_time, str(r.job_id))),
+                                                  m.rho)],
+                "utilization_timeline": self.utilization_timeline}
+
+
+def load_workload(path, throughputs: ThroughputTable, num_gpus: int, profile=None):
+    """Jobs from a reference .trace or our job-spec file (.toml/.json/.jsonl), completed with schedules."""
+    path = Path(path)
+    if path.suffix.lower() in (".toml", ".json", ".jsonl"):
+        jobs = read_spec(path, num_gpus=num_gpus, throughputs=throughputs)
+    else:
+        jobs = read_trace(path, num_gpus=num_gpus, throughputs=throughputs)
+        profile = profile or bundled_profile_for(path, throughputs.source)
+        if profile:
+            jobs = profiles.apply_profile(jobs, profiles.load_profile(profile), source=profile)
+    return profiles.complete(jobs, throughputs)
+
+
+def run_simulation(workload, throughputs, num_gpus: int, policy: str = "shockwave", round_length: float = 120.0,
+                   policy_config=None, profile=None, on_round=None, keep_round_log: bool = False) -> SimResult:
+    if num_gpus <= 0:
+        raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {num_gpus}")
+    table = throughputs if isinstance(throughputs, ThroughputTable) else ThroughputTable.load(throughputs)
+    jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
+    pol = make_policy(policy, policy_config)
+    cluster = SimulatedCluster(jobs, table, num_gpus, round_length=round_length)
+    loop = RoundLoop(cluster, pol, on_round=on_round, keep_info=keep_round_log)
+    started = time.perf_counter()
+    loop.run()
+    wall = time.perf_counter() - started
+    metrics = compute(pol.name, cluster.finished, num_gpus, n_trace=len(jobs),
+                      busy_gpu_seconds=cluster.busy_gpu_seconds, start_time=min(j.arrival_time for j in jobs))
+    return SimResult(metrics, cluster.finished, len(loop.records), wall, loop.decide_seconds,
+                     sum(r.fallback for r in loop.records), cluster.utilization_timeline,
+                     loop.records if keep_round_log else [])

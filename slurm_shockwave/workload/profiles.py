@@ -1,0 +1,99 @@
+"""Ground-truth batch-size schedules and exclusive run times for trace jobs.
+
+The reference generates, per job, the batch size of every epoch (GNS from a table of doubling epochs per
+model/batch size/GPU count; Accordion from critical regimes) and the exclusive run time under it (the FTF
+denominator).  `bundled profiles` hold that output for the reference traces.  For a trace without a
+profile, GNS jobs get our documented default pattern (double at 25%, 50% and 75% of the epochs, capped at
+the model's largest profiled batch size) and the exclusive run time is computed from the throughputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from .errors import WorkloadError
+from .jobs import JobSpec
+from .models import ADAPTIVE_MAX_BS, accordion_critical, steps_per_epoch
+
+
+def load_profile(path) -> dict[int, dict]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+        return {int(j["job_id"]): j for j in data["jobs"]}
+    except FileNotFoundError:
+        raise WorkloadError(path, 0, "file", "not found") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise WorkloadError(path, 0, "jobs", f"not a job profile file ({e})") from None
+
+
+def apply_profile(jobs: list[JobSpec], profile: dict[int, dict], source="profile") -> list[JobSpec]:
+    """Attach the profile's GNS schedule and exclusive run time; the profile must describe these jobs."""
+    out = []
+    for job in jobs:
+        p = profile.get(job.job_id)
+        if p is None or p.get("job_type") != job.job_type or int(p.get("total_steps", -1)) != job.total_steps:
+            raise WorkloadError(source, 0, f"job {job.job_id}", "profile does not match the trace")
+        sched = [int(bs) for bs, n in p["bs_schedule_rle"] for _ in range(int(n))]
+        # The reference generator leaves the last epoch at the initial batch size (a quirk of its loop);
+        # the simulator asks the generator for a longer pattern, so the last epoch continues the one before.
+        if len(sched) >= 2 and sched[-1] < sched[-2]:
+            sched[-1] = sched[-2]
+        gns = tuple(sched) if job.mode == "gns" else ()
+        out.append(dataclasses.replace(job, gns_schedule=gns, isolated_runtime=float(p["isolated_runtime_s"])))
+    return out
+
+
+def default_gns_schedule(job: JobSpec, throughputs) -> tuple[int, ...]:
+    cap = job.max_bs or job.initial_bs
+    sizes = throughputs.batch_sizes(job.model, job.num_gpus) if throughputs else {}
+    if sizes:
+        cap = min(cap, max(sizes))
+    n = job.num_epochs
+    sched, bs = [], job.initial_bs
+    for e in range(n):
+        if e in (n // 4, n // 2, (3 * n) // 4) and e > 0 and bs * 2 <= cap and (not sizes or bs * 2 in sizes):
+            bs *= 2
+        sched.append(bs)
+    return tuple(sched)
+
+
+def schedule_of(job: JobSpec) -> list[int]:
+    """The batch size of every epoch the job will run (its ground truth in simulation)."""
+    n = job.num_epochs
+    if job.mode == "gns" and job.gns_schedule:
+        return list(job.gns_schedule[:n]) + [job.gns_schedule[-1]] * max(0, n - len(job.gns_schedule))
+    if job.mode == "accordion":
+        big = job.max_bs or ADAPTIVE_MAX_BS.get(job.model, job.initial_bs)
+        out = []
+        for e in range(n):
+            crit = (e in job.accordion_critical) if job.accordion_critical is not None else \
+                accordion_critical(job.model, job.initial_bs, e)
+            out.append(job.initial_bs if crit is None or crit else big)
+        return out
+    return [job.initial_bs] * n
+
+
+def isolated_runtime(job: JobSpec, throughputs) -> float:
+    """Exclusive run time on the job's own GPUs under its schedule (no rounding of iterations)."""
+    total = 0.0
+    for bs in schedule_of(job):
+        thr = throughputs.get(job.model, bs, job.num_gpus) or throughputs.get(job.model, job.initial_bs, job.num_gpus)
+        total += (job.samples / bs) / thr
+    return total
+
+
+def complete(jobs: list[JobSpec], throughputs) -> list[JobSpec]:
+    """Fill in GNS schedules and exclusive run times that are still missing."""
+    out = []
+    for job in jobs:
+        if job.mode == "gns" and not job.gns_schedule:
+            job = dataclasses.replace(job, gns_schedule=default_gns_schedule(job, throughputs))
+        if job.isolated_runtime <= 0:
+            job = dataclasses.replace(job, isolated_runtime=isolated_runtime(job, throughputs))
+        out.append(job)
+    return out
+
+
+__all__ = ["load_profile", "apply_profile", "complete", "schedule_of", "isolated_runtime", "steps_per_epoch"]

@@ -1,0 +1,15 @@
+"""Gandiva-Fair (proportional, equal tickets): X_i = min(1, G / m) for every job, not divided by the
+gang size (as the reference's GandivProportionalPolicy)."""
+from __future__ import annotations
+
+from .time_fraction import TimeFractionPolicy
+
+
+class GandivaFair(TimeFractionPolicy):
+    name = "gandiva_fair"
+    label = "Gandiva-Fair"
+
+    def allocate(self, view):
+        m = len(view.jobs)
+        x = min(1.0, view.num_gpus / m) if m else 0.0
+        return {j.job_id: x for j in view.jobs}
