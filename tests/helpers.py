@@ -1,0 +1,37 @@
+"""Small workloads and throughput tables for simulator tests."""
+from __future__ import annotations
+
+import random
+
+from slurm_shockwave.workload.jobs import JobSpec
+from slurm_shockwave.workload.throughputs import ThroughputTable
+from slurm_shockwave.workload import profiles
+
+
+def table(entries: dict) -> ThroughputTable:
+    """{(model, bs, sf): it/s} -> ThroughputTable"""
+    return ThroughputTable({(f"{m} (batch size {bs})", sf): thr for (m, bs, sf), thr in entries.items()})
+
+
+def job(job_id, steps, arrival=0.0, model="ResNet-18", bs=32, gpus=1, mode="static", **kw) -> JobSpec:
+    return JobSpec(job_id=job_id, arrival_time=arrival, model=model, initial_bs=bs, num_gpus=gpus, mode=mode,
+                   total_steps=steps, max_bs=kw.pop("max_bs", 256), **kw)
+
+
+def random_workload(seed: int, n: int, max_gpus: int, thr: ThroughputTable):
+    rng = random.Random(seed)
+    jobs, t = [], 0.0
+    for i in range(n):
+        t += rng.expovariate(1 / 60)
+        gpus = rng.choice([g for g in (1, 2, 4, 8) if g <= max_gpus])
+        mode = rng.choice(["static", "gns", "accordion"])
+        model = rng.choice(["ResNet-18", "LM"])
+        bs = {"ResNet-18": 32, "LM": 10}[model]
+        jobs.append(JobSpec(job_id=i, arrival_time=round(t), model=model, initial_bs=bs, num_gpus=gpus, mode=mode,
+                            total_steps=rng.randint(2000, 30000), max_bs={"ResNet-18": 256, "LM": 80}[model]))
+    return profiles.complete(jobs, thr)
+
+
+def reference_table() -> ThroughputTable:
+    from slurm_shockwave.data_files import experiment_paths
+    return ThroughputTable.load(experiment_paths("tacc_32gpus")["throughputs"])
