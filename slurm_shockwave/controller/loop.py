@@ -38,10 +38,12 @@ def greedy_fallback(view: ClusterView) -> RoundDecision:
 
 
 class RoundLoop:
-    def __init__(self, backend: ClusterBackend, policy, on_round=None, keep_info: bool = False):
+    def __init__(self, backend: ClusterBackend, policy, on_round=None, keep_info: bool = False,
+                 on_decision=None):
         self.backend = backend
         self.policy = policy
         self.on_round = on_round
+        self.on_decision = on_decision     # called before enactment (the controller journals the plan)
         self.keep_info = keep_info
         self.records: list[RoundRecord] = []
         self.decide_seconds = 0.0
@@ -58,6 +60,8 @@ class RoundLoop:
             decision, fallback = greedy_fallback(view), True
         elapsed = time.perf_counter() - started
         self.decide_seconds += elapsed
+        if self.on_decision is not None:
+            self.on_decision(view, decision, elapsed, fallback)
         self.backend.apply(decision)
         record = RoundRecord(view.round_index, view.now, len(view.jobs), tuple(decision.run), elapsed, fallback,
                              dict(decision.info) if self.keep_info else {})

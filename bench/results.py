@@ -1,0 +1,102 @@
+"""Write docs/results.md: every policy on the bundled reference experiments, ours next to the reference's.
+
+    .venv/bin/python bench/results.py                       # 120 jobs / 32 GPUs (the canonical table)
+    .venv/bin/python bench/results.py --experiments tacc_32gpus scale_64gpus scale_256gpus
+
+Also writes docs/results_<experiment>.json (the full results, input for `shockwave report`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from solver.policies import policy_names  # noqa: E402
+from solver.policies.shockwave import ShockwaveConfig  # noqa: E402
+from slurm_shockwave.data_files import REFERENCE_RESULTS, experiment_paths  # noqa: E402
+from slurm_shockwave.simulate import run_simulation  # noqa: E402
+
+REF_NAME = {"max_sum_throughput": "max_sum_throughput_perf"}
+LABEL = {"shockwave": "Shockwave", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
+         "max_min_fairness": "Gavel", "allox": "AlloX", "max_sum_throughput": "MST", "gandiva_fair": "Gandiva-Fair",
+         "fifo": "FIFO"}
+
+
+def reference_rows():
+    data = json.loads((REFERENCE_RESULTS / "shipped_result_pickles_summary.json").read_text())
+    return {v["policy"]: v for k, v in data.items()
+            if k.startswith("tacc_32gpus/") and "old_" not in k and "new_orig" not in k}
+
+
+def run_experiment(name, policies):
+    p = experiment_paths(name)
+    cfg = ShockwaveConfig.from_file(p["config"])
+    out = {}
+    for pol in policies:
+        t0 = time.perf_counter()
+        r = run_simulation(p["trace"], p["throughputs"], p["gpus"], pol, policy_config=cfg)
+        out[pol] = r
+        m = r.metrics
+        print(f"{name} {pol:22s} makespan {m.makespan:9.0f} jct {m.avg_jct:8.0f} worst {m.worst_rho:.3f} "
+              f"unfair {m.unfair_fraction:5.2f}% ({time.perf_counter() - t0:.1f} s)", flush=True)
+    return p, out
+
+
+def table(name, p, results, ref):
+    lines = [f"### {name}: `{p['trace'].name}`, {p['gpus']} GPUs, `{p['throughputs'].name}`, config "
+             f"`{p['config'].name}`", "",
+             "| policy | makespan s | avg JCT s | worst rho | unfair % (rho>1.05) | unfair % (rho>1.1) | util | "
+             "reference makespan | reference JCT | reference worst rho | reference unfair % | "
+             "makespan vs ref | JCT vs ref | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for pol, r in results.items():
+        m = r.metrics
+        rv = ref.get(REF_NAME.get(pol, pol)) if ref else None
+        refcols = (f"{rv['makespan']:,.0f} | {rv['avg_jct']:,.0f} | {rv['worst_ftf']:.3f} | "
+                   f"{rv['unfair_fraction_pct_gt1.05']:.2f} | {m.makespan / rv['makespan'] - 1:+.2%} | "
+                   f"{m.avg_jct / rv['avg_jct'] - 1:+.2%}") if rv else "- | - | - | - | - | -"
+        lines.append(f"| {LABEL.get(pol, pol)} (`{pol}`) | {m.makespan:,.0f} | {m.avg_jct:,.0f} | {m.worst_rho:.3f} | "
+                     f"{m.unfair_fraction:.2f} | {m.unfair_fraction_1_1:.2f} | {m.utilization:.3f} | {refcols} | "
+                     f"{r.wall_seconds:.1f} |")
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experiments", nargs="+", default=["tacc_32gpus"])
+    ap.add_argument("--policies", nargs="+", default=[p for p in policy_names() if p != "fifo"])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
+    args = ap.parse_args(argv)
+    ref = reference_rows()
+    body = ["# Results", "",
+            "Made by `.venv/bin/python bench/results.py --experiments " + " ".join(args.experiments) + "` on "
+            f"{platform.machine()} / Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}.",
+            "Reference columns: the result pickles shipped in the Shockwave repository "
+            "(`reproduce/pickles/tacc_32gpus`, Gurobi/ECOS runs); the 220- and 900-job experiments have no "
+            "shipped results.  Metrics as defined in the reference (rho uses the static contention factor "
+            "max(1, N_trace / GPUs)).", ""]
+    for name in args.experiments:
+        p, results = run_experiment(name, args.policies)
+        body += table(name, p, results, ref if name == "tacc_32gpus" else None) + [""]
+        (ROOT / "docs" / f"results_{name}.json").write_text(json.dumps(
+            {"workload": str(p["trace"].name), "gpus": p["gpus"], "round_length": 120.0,
+             "results": {n: r.to_json() for n, r in results.items()},
+             "reference": {k: {
+                 "makespan": v["makespan"], "avg_jct": v["avg_jct"], "worst_rho": v["worst_ftf"],
+                 "unfair_fraction": v["unfair_fraction_pct_gt1.05"], "utilization": v["cluster_util"]}
+                 for k, v in ref.items()} if name == "tacc_32gpus" else {}}, default=str))
+    notes = ROOT / "docs" / "results_notes.md"
+    if notes.exists():
+        body += ["", notes.read_text()]
+    Path(args.out).write_text("\n".join(body) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

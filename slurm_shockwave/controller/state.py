@@ -1,0 +1,154 @@
+"""The controller's durable state: SQLite in WAL mode under the state directory.
+
+What survives a crash or restart: every round (time, decision, solve time, path), the latest plan and its
+per-job explanations, per-job history, the journal of enactment actions (intent before the Slurm call,
+done after), the policy's own state and the event reader's offsets.  Readers (the status CLI) open the
+file read-only while the controller runs.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS rounds (
+    round INTEGER PRIMARY KEY, started REAL, finished REAL, active INTEGER, run TEXT, decide_seconds REAL,
+    mode TEXT, fallback INTEGER, status TEXT, capacity INTEGER, busy INTEGER);
+CREATE TABLE IF NOT EXISTS round_info (round INTEGER PRIMARY KEY, info TEXT);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, user TEXT, account TEXT, gpus INTEGER, state TEXT, submit_time REAL,
+    first_seen REAL, last_seen REAL, finished REAL, restarts INTEGER, view TEXT);
+CREATE TABLE IF NOT EXISTS actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER, job_id TEXT, verb TEXT, value TEXT,
+    restart_count INTEGER, status TEXT, ts REAL, error TEXT);
+CREATE INDEX IF NOT EXISTS actions_job ON actions (job_id, verb, status);
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+class StateStore:
+    def __init__(self, path, readonly: bool = False):
+        self.path = Path(path)
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no controller state at {self.path}")
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.executescript(SCHEMA)
+        self.db.row_factory = sqlite3.Row
+
+    def close(self):
+        self.db.close()
+
+    # ------------------------------------------------------------------ key/value (policy state, offsets)
+    def get(self, key, default=None):
+        row = self.db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else default
+
+    def put(self, key, value) -> None:
+        self.db.execute("INSERT INTO kv(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                        (key, json.dumps(value, default=str)))
+
+    # ------------------------------------------------------------------ rounds
+    def next_round(self) -> int:
+        row = self.db.execute("SELECT MAX(round) AS r FROM rounds").fetchone()
+        return 0 if row["r"] is None else row["r"] + 1
+
+    def begin_round(self, round_index: int, started: float) -> None:
+        self.db.execute("INSERT OR REPLACE INTO rounds(round, started, status) VALUES(?, ?, 'deciding')",
+                        (round_index, started))
+
+    def record_decision(self, round_index, active, run, decide_seconds, mode, fallback, info, capacity, busy):
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("UPDATE rounds SET active=?, run=?, decide_seconds=?, mode=?, fallback=?, status='enacting',"
+                            " capacity=?, busy=? WHERE round=?",
+                            (active, json.dumps(list(run), default=str), decide_seconds, mode, int(fallback),
+                             capacity, busy, round_index))
+            self.db.execute("INSERT OR REPLACE INTO round_info(round, info) VALUES(?, ?)",
+                            (round_index, json.dumps(info, default=str)))
+
+    def finish_round(self, round_index: int, status: str = "done") -> None:
+        self.db.execute("UPDATE rounds SET finished=?, status=? WHERE round=?", (time.time(), status, round_index))
+
+    def last_round(self):
+        return self.db.execute("SELECT * FROM rounds ORDER BY round DESC LIMIT 1").fetchone()
+
+    def round_info(self, round_index=None) -> dict:
+        if round_index is None:
+            row = self.db.execute("SELECT info FROM round_info ORDER BY round DESC LIMIT 1").fetchone()
+        else:
+            row = self.db.execute("SELECT info FROM round_info WHERE round=?", (round_index,)).fetchone()
+        return json.loads(row["info"]) if row else {}
+
+    # ------------------------------------------------------------------ jobs
+    def upsert_jobs(self, rows: list[dict], now: float) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            for r in rows:
+                self.db.execute(
+                    "INSERT INTO jobs(job_id, user, account, gpus, state, submit_time, first_seen, last_seen, restarts, view)"
+                    " VALUES(:job_id, :user, :account, :gpus, :state, :submit_time, :now, :now, :restarts, :view)"
+                    " ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, last_seen=excluded.last_seen,"
+                    " gpus=excluded.gpus, restarts=excluded.restarts, view=excluded.view",
+                    {**r, "now": now, "view": json.dumps(r.get("view", {}), default=str)})
+
+    def mark_finished(self, job_ids, now: float) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            for j in job_ids:
+                self.db.execute("UPDATE jobs SET finished=?, state='FINISHED' WHERE job_id=? AND finished IS NULL",
+                                (now, str(j)))
+
+    def jobs(self, include_finished: bool = False) -> list[dict]:
+        q = "SELECT * FROM jobs" + ("" if include_finished else " WHERE finished IS NULL") + " ORDER BY first_seen"
+        out = []
+        for row in self.db.execute(q):
+            d = dict(row)
+            d["view"] = json.loads(d["view"] or "{}")
+            out.append(d)
+        return out
+
+    # ------------------------------------------------------------------ action journal
+    def intend(self, round_index, job_id, verb, value, restart_count) -> int:
+        cur = self.db.execute("INSERT INTO actions(round, job_id, verb, value, restart_count, status, ts)"
+                              " VALUES(?, ?, ?, ?, ?, 'intent', ?)",
+                              (round_index, str(job_id), verb, json.dumps(value), restart_count, time.time()))
+        return cur.lastrowid
+
+    def settle(self, action_ids, status: str, error: str | None = None) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            for a in action_ids:
+                self.db.execute("UPDATE actions SET status=?, error=? WHERE id=?", (status, error, a))
+
+    def actions(self, job_id=None, verb=None, status=None, limit=None) -> list[dict]:
+        q, args = "SELECT * FROM actions WHERE 1=1", []
+        for col, val in (("job_id", job_id), ("verb", verb), ("status", status)):
+            if val is not None:
+                q += f" AND {col}=?"
+                args.append(str(val))
+        q += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit else "")
+        return [dict(r) for r in self.db.execute(q, args)]
+
+    def requeued_at(self, job_id, restart_count) -> bool:
+        """Was a requeue of this job already issued at this restart count (intent or done)?"""
+        row = self.db.execute("SELECT 1 FROM actions WHERE job_id=? AND verb='requeue_hold' AND restart_count=?"
+                              " AND status IN ('intent', 'done') LIMIT 1", (str(job_id), restart_count)).fetchone()
+        return row is not None
+
+    def held_by_us(self) -> set[str]:
+        """Jobs whose latest hold/release action is a hold (what uninstall must release)."""
+        rows = self.db.execute("SELECT job_id, verb FROM actions WHERE verb IN ('hold', 'release', 'requeue_hold')"
+                               " AND status='done' ORDER BY id")
+        held: set[str] = set()
+        for r in rows:
+            (held.add if r["verb"] in ("hold", "requeue_hold") else held.discard)(r["job_id"])
+        return held
