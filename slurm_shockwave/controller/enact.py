@@ -120,6 +120,8 @@ class Enactor:
             self.cli.signal(ids, a.value, scope="batch")
         elif a.verb == "requeue_hold":
             self.cli.requeue(ids, hold=True)
+            # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
+            self.cli.hold(ids)
         elif a.verb == "update_gpus":
             self.cli.scontrol_update(ids, TresPerNode=f"gres:gpu:{a.value}")
         else:  # pragma: no cover

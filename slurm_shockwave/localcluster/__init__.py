@@ -1,0 +1,14 @@
+"""A real Slurm cluster on this machine for tests and demos (Debian's Slurm 22.05, fake GPUs).
+
+>>> from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
+>>> with LocalCluster(root="/tmp/x", nodes=2, gpus_per_node=4) as c:   # doctest: +SKIP
+...     c.run(["squeue", "--json"])
+
+Modules: :mod:`.install` (apt), :mod:`.config` (files, ports), :mod:`.daemons` (start/stop by
+pid), :mod:`.cluster` (the :class:`LocalCluster` API).
+"""
+from .cluster import ClusterStartError, LocalCluster
+from .install import SlurmUnavailable, ensure_installed, missing_packages
+
+__all__ = ["LocalCluster", "SlurmUnavailable", "ClusterStartError", "ensure_installed",
+           "missing_packages"]

@@ -1,0 +1,205 @@
+"""Run Slurm's command-line tools (argument lists only, never a shell string).
+
+Job names, comments and other user-controlled strings are passed as single ``argv`` items,
+so quotes, ``;``, ``$(...)`` and backticks reach Slurm verbatim and nothing is interpreted by
+a shell.
+
+Facts relied on (Slurm 22.05.8):
+
+* ``scontrol update JobId=1,2,3 Key=Value ...`` updates a comma-separated list in one call;
+  ``scontrol hold|release|requeue|requeuehold 1,2,3`` likewise. If one id in the list is
+  unknown, scontrol exits 1 (``Invalid job id specified``) but still acts on the others.
+* ``scancel`` takes job ids as separate arguments; ``--signal=SIG`` without ``--batch`` or
+  ``--full`` does not reach the batch step. ``--batch`` signals only the batch shell,
+  ``--full`` every process of the batch step and of all other steps.
+* ``scontrol release`` drops an admin-set ``Priority=`` (500 -> hold -> release -> 1);
+  ``SiteFactor=`` survives.
+* ``scontrol requeuehold`` (even by root) leaves a *user* hold (``JobHeldUser``) that the
+  job's owner can release; follow it with ``hold`` to turn it into an admin hold
+  (``JobHeldAdmin``), which only root/the operator can release.
+* A requeued job is PENDING with reason ``BeginTime`` until completion + ``cred_expire`` + 1 s;
+  ``scontrol_update(ids, StartTime="now")`` lets it start at the next scheduler pass (<1 s).
+* ``squeue --json`` ignores ``-j``/``-t`` filters (filter here). ``sprio`` lists only
+  pending, non-held jobs, and omits a job just released from a hold until its priority is
+  recomputed (``PriorityCalcPeriod``, default 5 min) or the job is updated again.
+* Priority floor under ``priority/multifactor`` is 1 (a negative SiteFactor cannot push a job
+  to 0); priority 0 therefore always means held.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import replace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from .errors import SlurmError, SlurmTimeout
+from .models import SlurmJob, SlurmNode
+from .parse import (filter_jobs, parse_sbatch_parsable, parse_sinfo_json, parse_sprio_site,
+                    parse_squeue_json)
+
+_JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
+_FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_SIGNAL_RE = re.compile(r"^(SIG)?[A-Z0-9+]+$|^\d+$")
+#: ids per scontrol/scancel call; keeps argv far below ARG_MAX
+BATCH_SIZE = 500
+SIGNAL_SCOPES = ("batch", "full", "steps")
+
+
+def _job_ids(ids: Iterable[int | str]) -> list[str]:
+    """Validate job ids (``123`` or array task ``123_4``) and return them as strings, deduplicated."""
+    out: list[str] = []
+    for job_id in ids:
+        text = str(job_id).strip()
+        if isinstance(job_id, bool) or not _JOB_ID_RE.match(text):
+            raise ValueError(f"invalid Slurm job id: {job_id!r}")
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def _chunks(items: list[str], size: int = BATCH_SIZE) -> list[list[str]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _field_arg(key: str, value: object) -> str:
+    """``Key=Value`` for scontrol update; the key must be a plain identifier."""
+    if not _FIELD_RE.match(key):
+        raise ValueError(f"invalid scontrol field name: {key!r}")
+    if isinstance(value, bool):
+        value = "yes" if value else "no"
+    text = str(value)
+    if "\n" in text or "\0" in text:
+        raise ValueError(f"value of {key} contains a newline or NUL")
+    return f"{key}={text}"
+
+
+class SlurmCLI:
+    """Thin, validated wrapper around squeue/sinfo/sprio/scontrol/sbatch/scancel.
+
+    ``env`` is laid over ``os.environ`` for every call (e.g. ``LocalCluster.env`` with
+    ``SLURM_CONF``). ``timeout`` (seconds) applies per command; on expiry the command is
+    killed and :class:`SlurmTimeout` raised. Any non-zero exit raises :class:`SlurmError`.
+    ``runner`` replaces ``subprocess.run`` (same keyword arguments), e.g. a fake in tests.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30, *,
+                 runner: Callable[..., subprocess.CompletedProcess] | None = None):
+        self.env = dict(env or {})
+        self.timeout = timeout
+        #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
+        self.runner = runner or subprocess.run
+
+    # ------------------------------------------------------------------ running commands
+    def full_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, **self.env, **(extra or {})}
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` (a list, no shell); return the CompletedProcess or raise SlurmError."""
+        if isinstance(argv, (str, bytes)):
+            raise TypeError("argv must be a list of arguments, not a string")
+        argv = [str(a) for a in argv]
+        limit = self.timeout if timeout is None else timeout
+        try:
+            proc = self.runner(argv, env=self.full_env(env), capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=limit, check=False,
+                                  errors="replace")
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            raise SlurmTimeout.from_command(argv, None, stderr, what=f"timed out after {limit:g}s") from exc
+        except OSError as exc:
+            raise SlurmError.from_command(argv, None, str(exc), what="could not run") from exc
+        if proc.returncode != 0:
+            raise SlurmError.from_command(argv, proc.returncode, proc.stderr or proc.stdout)
+        return proc
+
+    # ------------------------------------------------------------------ reading
+    def squeue_jobs(self, job_ids: Iterable[int] | None = None,
+                    states: Iterable[str] | None = None,
+                    with_site_factor: bool = False) -> list[SlurmJob]:
+        """Jobs from ``squeue --json`` (finished ones included while Slurm keeps them).
+
+        ``job_ids``/``states`` filter on the client. ``with_site_factor`` adds one ``sprio``
+        call and fills ``site_factor`` for the pending, non-held jobs it lists.
+        """
+        jobs = parse_squeue_json(self.run(["squeue", "--json"]).stdout)
+        jobs = filter_jobs(jobs, job_ids, states)
+        if with_site_factor:
+            factors = self.site_factors()
+            jobs = [_with_site(j, factors.get(j.job_id)) for j in jobs]
+        return jobs
+
+    def sinfo_nodes(self) -> list[SlurmNode]:
+        return parse_sinfo_json(self.run(["sinfo", "--json"]).stdout)
+
+    def site_factors(self) -> dict[int, int]:
+        """{job_id: SiteFactor} for pending non-held jobs (``sprio -h -o '%i|%S'``)."""
+        return parse_sprio_site(self.run(["sprio", "-h", "-o", "%i|%S"]).stdout)
+
+    # ------------------------------------------------------------------ changing jobs
+    def scontrol_update(self, job_ids: Iterable[int | str], **fields: object) -> None:
+        """``scontrol update JobId=<a,b,c> K=V ...``; e.g. ``SiteFactor=5000, Nice=10``.
+
+        Batched: one call per :data:`BATCH_SIZE` ids. Fields are validated identifiers; values
+        are single argv items (spaces and quotes are safe).
+        """
+        ids = _job_ids(job_ids)
+        if not fields:
+            raise ValueError("scontrol_update needs at least one field")
+        args = [_field_arg(k, v) for k, v in fields.items()]
+        for chunk in _chunks(ids):
+            self.run(["scontrol", "update", f"JobId={','.join(chunk)}", *args])
+
+    def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
+        for chunk in _chunks(_job_ids(job_ids)):
+            self.run(["scontrol", verb, ",".join(chunk)])
+
+    def hold(self, job_ids: Iterable[int | str]) -> None:
+        """Admin hold (priority 0, reason JobHeldAdmin); a running job keeps running."""
+        self._scontrol_jobs("hold", job_ids)
+
+    def release(self, job_ids: Iterable[int | str]) -> None:
+        """Release a hold; an admin ``Priority=`` is reset, ``SiteFactor`` is kept."""
+        self._scontrol_jobs("release", job_ids)
+
+    def requeue(self, job_ids: Iterable[int | str], hold: bool = False) -> None:
+        """``scontrol requeue`` (or ``requeuehold`` with ``hold=True``) running/finished batch jobs."""
+        self._scontrol_jobs("requeuehold" if hold else "requeue", job_ids)
+
+    def signal(self, job_ids: Iterable[int | str], sig: str | int, scope: str = "batch") -> None:
+        """``scancel --signal=SIG`` to jobs.
+
+        ``scope``: ``"batch"`` (``--batch``: only the batch shell, as ``--signal=B:``),
+        ``"full"`` (``--full``: every process of the batch step and all other steps),
+        ``"steps"`` (neither flag: only the non-batch steps, e.g. srun tasks).
+        """
+        if scope not in SIGNAL_SCOPES:
+            raise ValueError(f"scope must be one of {SIGNAL_SCOPES}, not {scope!r}")
+        sig_s = str(sig).upper()
+        if not _SIGNAL_RE.match(sig_s):
+            raise ValueError(f"invalid signal: {sig!r}")
+        flags = {"batch": ["--batch"], "full": ["--full"], "steps": []}[scope]
+        for chunk in _chunks(_job_ids(job_ids)):
+            self.run(["scancel", f"--signal={sig_s}", *flags, *chunk])
+
+    def cancel(self, job_ids: Iterable[int | str]) -> None:
+        for chunk in _chunks(_job_ids(job_ids)):
+            self.run(["scancel", *chunk])
+
+    def sbatch(self, script_path: str | os.PathLike, args: Sequence[str] = (),
+               env: Mapping[str, str] | None = None,
+               script_args: Sequence[str] = ()) -> int:
+        """Submit ``script_path`` with sbatch options ``args``; return the job id.
+
+        ``env`` is added to the submission environment (sbatch exports it to the job by
+        default). ``script_args`` are passed to the script after its path.
+        """
+        if isinstance(args, (str, bytes)) or isinstance(script_args, (str, bytes)):
+            raise TypeError("args/script_args must be lists of arguments, not strings")
+        argv = ["sbatch", "--parsable", *map(str, args), os.fspath(script_path), *map(str, script_args)]
+        return parse_sbatch_parsable(self.run(argv, env=env).stdout)
+
+
+def _with_site(job: SlurmJob, factor: int | None) -> SlurmJob:
+    return replace(job, site_factor=factor)

@@ -1,0 +1,104 @@
+"""Plain, immutable views of Slurm jobs and nodes (built by :mod:`.parse`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: ``state_reason`` values of a held job (``scontrol hold`` -> JobHeldAdmin, ``uhold`` or a
+#: user's own hold -> JobHeldUser; ``requeuehold`` first shows job_requeued_in_held_state)
+HELD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
+
+#: job states after which a job never runs again (unless requeued by an admin)
+FINISHED_STATES = frozenset({
+    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+    "DEADLINE", "OUT_OF_MEMORY",
+})
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job from ``squeue --json`` (Slurm 22.05, OpenAPI v0.0.38).
+
+    Times are Unix seconds, ``None`` when Slurm reports 0/unset. ``gpus`` is the total number of
+    GPUs requested over all nodes; ``gpus_per_node`` is set only when the request was per node
+    (``--gres=gpu:N`` / ``--gpus-per-node``). ``nice`` is signed (22.05 prints ``null`` for 0 and
+    a negative nice as its uint32 wraparound, which is undone here). ``held`` is true for a
+    pending job whose ``state_reason`` is in :data:`HELD_REASONS` or whose priority is 0 (22.05
+    has no hold field: a hold sets the priority to 0). ``site_factor`` is not in 22.05's JSON;
+    it is ``None`` unless filled from ``sprio`` (see ``SlurmCLI.squeue_jobs``), and ``sprio``
+    misses some pending jobs (see :mod:`.parse`), so ``None`` does not mean "no site factor".
+    ``time_limit`` is in minutes, ``None`` = not set/unlimited.
+    """
+
+    job_id: int
+    name: str
+    user: str
+    user_id: int | None
+    account: str
+    partition: str
+    state: str
+    state_reason: str
+    gpus: int
+    gpus_per_node: int | None
+    num_nodes: int
+    nodes: str
+    priority: int
+    nice: int
+    submit_time: int | None
+    eligible_time: int | None
+    start_time: int | None
+    end_time: int | None
+    restart_count: int
+    comment: str
+    requeue: bool
+    held: bool
+    site_factor: int | None
+    command: str
+    working_dir: str
+    std_out: str
+    std_err: str
+    time_limit: int | None
+    gres_detail: tuple[str, ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node from ``sinfo --json``.
+
+    ``state`` is Slurm's base state in lower case (``idle``, ``mixed``, ``allocated``,
+    ``down``, ...); ``state_flags`` holds flags such as ``DRAIN``. ``gpus``/``gpus_used`` come
+    from the ``gres``/``gres_used`` strings (``gpu:4``, ``gpu:a100:2(IDX:0-1)``).
+    """
+
+    name: str
+    state: str
+    state_flags: tuple[str, ...]
+    gpus: int
+    gpus_used: int
+    cpus: int
+    alloc_cpus: int
+    partitions: tuple[str, ...]
+    reason: str
+    address: str
+    port: int | None
+
+    @property
+    def available(self) -> bool:
+        """Up and schedulable: not down/drained/failing."""
+        bad = {"DRAIN", "DRAINED", "DRAINING", "FAIL", "MAINTENANCE", "NOT_RESPONDING", "REBOOT"}
+        return self.state not in {"down", "unknown", "future"} and not bad & set(self.state_flags)
+
+    @property
+    def gpus_free(self) -> int:
+        return max(self.gpus - self.gpus_used, 0)

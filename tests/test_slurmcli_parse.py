@@ -1,0 +1,278 @@
+"""Pure tests of the Slurm CLI layer on outputs recorded from a real Slurm 22.05.8 cluster
+(``tests/data/slurm/``, made by ``python -m tests.slurm_fixtures record tests/data/slurm``),
+plus argv construction checked with a fake runner. No Slurm needed."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_shockwave.slurmcli import (SlurmCLI, SlurmError, SlurmTimeout, filter_jobs,
+                                      parse_gpu_count, parse_sbatch_parsable, parse_sinfo_json,
+                                      parse_sprio_site, parse_squeue_json)
+from tests.slurm_fixtures import ODD_COMMENT, ODD_NAME
+
+DATA = Path(__file__).parent / "data" / "slurm"
+
+
+def load(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def by_name(name: str) -> dict:
+    return {j.name: j for j in parse_squeue_json(load(name))}
+
+
+# ---------------------------------------------------------------------- squeue --json
+def test_empty_queue():
+    assert parse_squeue_json(load("squeue_empty.json")) == []
+
+
+def test_mixed_queue_states_and_reasons():
+    jobs = by_name("squeue_mixed.json")
+    assert len(jobs) == 9
+    assert (jobs["run-a"].state, jobs["run-a"].state_reason) == ("RUNNING", "None")
+    assert jobs["pend-2node"].state == "PENDING" and not jobs["pend-2node"].held
+    assert (jobs["fails"].state, jobs["fails"].state_reason) == ("FAILED", "NonZeroExitCode")
+    assert jobs["fails"].finished and not jobs["run-a"].finished
+    assert [j.job_id for j in parse_squeue_json(load("squeue_mixed.json"))] == list(range(1, 10))
+
+
+def test_gpu_requests():
+    jobs = by_name("squeue_mixed.json")
+    assert (jobs["run-a"].gpus, jobs["run-a"].gpus_per_node) == (2, 2)        # --gres=gpu:2
+    assert (jobs["run-c-perjob"].gpus, jobs["run-c-perjob"].gpus_per_node) == (2, None)  # --gpus=2
+    two_node = jobs["pend-2node"]                                              # -N 2 --gres=gpu:4
+    assert (two_node.gpus, two_node.gpus_per_node, two_node.num_nodes) == (8, 4, 2)
+    assert jobs["fails"].gpus == 0
+    assert jobs["run-a"].gres_detail == ("gpu:2(IDX:0-1)",)
+
+
+def test_held_jobs():
+    jobs = by_name("squeue_mixed.json")
+    admin, user = jobs["held-admin"], jobs["held-user"]
+    assert (admin.held, admin.priority, admin.state_reason) == (True, 0, "JobHeldAdmin")
+    assert (user.held, user.priority, user.state_reason) == (True, 0, "JobHeldUser")
+    running_held = jobs["run-c-perjob"]  # hold on a running job: keeps running, priority 0
+    assert running_held.running and running_held.held and running_held.priority == 0
+    assert not jobs["run-a"].held
+
+
+def test_nice_wraparound_and_site_priority():
+    jobs = by_name("squeue_mixed.json")
+    site = jobs["pend-site"]           # SiteFactor=5000 Nice=-999 -> printed as 4294966297
+    assert site.nice == -999
+    assert site.priority == 5999
+    assert site.site_factor is None    # not in 22.05's JSON; see sprio
+    assert jobs["run-a"].nice == 0     # null in JSON
+    raw = json.loads(load("squeue_mixed.json"))
+    assert {j["name"]: j["nice"] for j in raw["jobs"]}["pend-site"] == 4294966297
+    assert jobs["pend-2node"].priority == 1  # SiteFactor=-50: multifactor floor is 1
+
+
+def test_fields_users_comment_requeue_paths():
+    jobs = by_name("squeue_mixed.json")
+    a = jobs["run-a"]
+    assert (a.user, a.partition, a.comment, a.requeue) == ("root", "gpu", "shockwave:a", True)
+    assert jobs["run-b-user"].user == "swjobuser" and jobs["run-b-user"].user_id != 0
+    assert jobs["run-c-perjob"].requeue is False            # --no-requeue
+    assert a.std_out.endswith("/work/out.%j") and a.working_dir.endswith("/work")
+    assert a.submit_time and a.start_time and a.start_time >= a.submit_time
+    assert jobs["held-user"].eligible_time is None          # submitted with -H: never eligible yet
+
+
+def test_odd_name_and_comment_survive():
+    odd = [j for j in parse_squeue_json(load("squeue_mixed.json")) if j.job_id == 5][0]
+    assert odd.name == ODD_NAME
+    assert odd.comment == ODD_COMMENT
+    assert odd.state == "COMPLETED"
+
+
+def test_requeued_and_requeuehold():
+    jobs = by_name("squeue_requeued.json")
+    a, b = jobs["run-a"], jobs["run-b-user"]
+    assert (a.state, a.state_reason, a.restart_count, a.held) == ("PENDING", "BeginTime", 1, False)
+    assert a.eligible_time is not None
+    # requeuehold, even by root, is a *user* hold
+    assert (b.state, b.state_reason, b.restart_count, b.held) == ("PENDING", "JobHeldUser", 1, True)
+    restarted = by_name("squeue_restarted.json")["run-a"]
+    assert (restarted.state, restarted.restart_count) == ("RUNNING", 1)
+    assert restarted.gres_detail and restarted.gpus == 2
+
+
+def test_finished_jobs_are_not_held():
+    jobs = parse_squeue_json(load("squeue_finished.json"))
+    assert all(j.finished for j in jobs)
+    assert not any(j.held for j in jobs)
+    assert {j.state for j in jobs} == {"CANCELLED", "COMPLETED", "FAILED"}
+
+
+def test_filter_jobs():
+    jobs = parse_squeue_json(load("squeue_mixed.json"))
+    assert [j.job_id for j in filter_jobs(jobs, job_ids=[2, 7])] == [2, 7]
+    assert {j.state for j in filter_jobs(jobs, states=["pending"])} == {"PENDING"}
+    assert filter_jobs(jobs, job_ids=[], states=None) == []
+
+
+@pytest.mark.parametrize("text", [
+    "", "not json", '{"jobs": [', "[]", '{"meta": {}}', '{"jobs": {}}',
+    '{"errors": [{"error": "boom", "errno": 1}], "jobs": []}',
+    '{"errors": [], "jobs": [{"name": "no id"}]}',
+    '{"errors": [], "jobs": [{"job_id": "7"}]}',
+    '{"errors": [], "jobs": [{"job_id": 7, "priority": "high"}]}',
+])
+def test_bad_squeue_output_raises(text):
+    with pytest.raises(SlurmError):
+        parse_squeue_json(text)
+
+
+def test_truncated_recording_raises_not_partial():
+    text = load("squeue_mixed.json")
+    for cut in (len(text) // 3, len(text) // 2, len(text) - 5):
+        with pytest.raises(SlurmError):
+            parse_squeue_json(text[:cut])
+
+
+# ---------------------------------------------------------------------- sinfo / sprio / sbatch
+def test_sinfo_idle_and_busy():
+    idle = parse_sinfo_json(load("sinfo_idle.json"))
+    assert [n.name for n in idle] == ["node1", "node2"]
+    assert all(n.state == "idle" and n.gpus == 4 and n.gpus_used == 0 and n.available for n in idle)
+    assert all(n.address == "127.0.0.1" and n.partitions == ("gpu",) for n in idle)
+    busy = {n.name: n for n in parse_sinfo_json(load("sinfo_busy.json"))}
+    assert {n.state for n in busy.values()} == {"mixed"}
+    assert sum(n.gpus_used for n in busy.values()) == 6
+    assert sum(n.gpus_free for n in busy.values()) == 2
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"nodes": [{"state": "idle"}]}', '{"errors": ["x"], "nodes": []}'])
+def test_bad_sinfo_raises(text):
+    with pytest.raises(SlurmError):
+        parse_sinfo_json(text)
+
+
+def test_sprio_site_factors():
+    assert parse_sprio_site(load("sprio_site.txt")) == {4: -50, 6: 5000}
+    assert parse_sprio_site("") == {}
+    with pytest.raises(SlurmError):
+        parse_sprio_site("4 5000\n")
+
+
+def test_sbatch_parsable():
+    assert parse_sbatch_parsable("12\n") == 12
+    assert parse_sbatch_parsable("13;cluster\n") == 13
+    with pytest.raises(SlurmError):
+        parse_sbatch_parsable("sbatch: error: nope")
+
+
+@pytest.mark.parametrize("spec,count", [
+    ("gres:gpu:2", 2), ("gpu:2", 2), ("gpu", 1), ("gres/gpu=4", 4), ("gres/gpu:4", 4),
+    ("gres:gpu:a100:2", 2), ("gres/gpu=4,gres/gpu:a100=4", 4),
+    ("gpu:a100:2(IDX:0,2),gpu:v100:1", 3), ("gpu:(null):3(IDX:0-2)", 3),
+    ("cpu=1,mem=16000M,node=1,billing=1,gres/gpu=2", 2),
+    ("cpu=1,mem=1G", None), ("", None), (None, None), ("(null)", None), ("gres:mps:100", None),
+])
+def test_parse_gpu_count(spec, count):
+    assert parse_gpu_count(spec) == count
+
+
+# ---------------------------------------------------------------------- argv construction
+class FakeRunner:
+    """Records argv of every call; answers with ``stdout``/``rc``."""
+
+    def __init__(self, stdout: str = "", rc: int = 0, stderr: str = ""):
+        self.calls: list[list[str]] = []
+        self.stdout, self.rc, self.stderr = stdout, rc, stderr
+
+    def __call__(self, argv, **kwargs):
+        assert isinstance(argv, list) and "shell" not in kwargs
+        self.calls.append(argv)
+        return subprocess.CompletedProcess(argv, self.rc, self.stdout, self.stderr)
+
+
+def test_update_is_batched_and_validated():
+    fake = FakeRunner()
+    cli = SlurmCLI(runner=fake)
+    cli.scontrol_update([1, 2, "3_4"], SiteFactor=5000, Nice=-10)
+    assert fake.calls == [["scontrol", "update", "JobId=1,2,3_4", "SiteFactor=5000", "Nice=-10"]]
+    fake.calls.clear()
+    cli.scontrol_update(range(1, 1201), Priority=1)
+    assert len(fake.calls) == 3 and fake.calls[0][2].count(",") == 499
+    with pytest.raises(ValueError):
+        cli.scontrol_update(["1;rm -rf /"], Priority=1)
+    with pytest.raises(ValueError):
+        cli.scontrol_update([1], **{"Priority=1 JobId": 2})
+    with pytest.raises(ValueError):
+        cli.scontrol_update([1], Comment="a\nb")
+    with pytest.raises(ValueError):
+        cli.scontrol_update([1])
+
+
+def test_job_verbs_argv():
+    fake = FakeRunner()
+    cli = SlurmCLI(runner=fake)
+    cli.hold([3, 4]); cli.release([3]); cli.requeue([5]); cli.requeue([5, 6], hold=True)
+    cli.signal([7, 8], "USR1"); cli.signal([7], 10, scope="full"); cli.cancel([9, 10])
+    cli.hold([])
+    assert fake.calls == [
+        ["scontrol", "hold", "3,4"], ["scontrol", "release", "3"], ["scontrol", "requeue", "5"],
+        ["scontrol", "requeuehold", "5,6"], ["scancel", "--signal=USR1", "--batch", "7", "8"],
+        ["scancel", "--signal=10", "--full", "7"], ["scancel", "9", "10"],
+    ]
+    with pytest.raises(ValueError):
+        cli.signal([1], "USR1; reboot")
+    with pytest.raises(ValueError):
+        cli.signal([1], "USR1", scope="everything")
+    with pytest.raises(ValueError):
+        cli.cancel([True])
+
+
+def test_sbatch_argv_keeps_untrusted_strings_whole():
+    fake = FakeRunner(stdout="42\n")
+    cli = SlurmCLI(env={"SLURM_CONF": "/x/slurm.conf"}, runner=fake)
+    job_id = cli.sbatch("/tmp/job.sh", ["-J", ODD_NAME, "--comment", ODD_COMMENT], script_args=["--lr", "0.1"])
+    assert job_id == 42
+    assert fake.calls == [["sbatch", "--parsable", "-J", ODD_NAME, "--comment", ODD_COMMENT,
+                           "/tmp/job.sh", "--lr", "0.1"]]
+    with pytest.raises(TypeError):
+        cli.sbatch("/tmp/job.sh", "-J x")
+    with pytest.raises(TypeError):
+        cli.run("squeue --json")
+
+
+def test_errors_are_one_line_with_command_and_stderr():
+    cli = SlurmCLI(runner=FakeRunner(rc=1, stderr="slurm_suspend error: Invalid job id\nspecified\n"))
+    with pytest.raises(SlurmError) as info:
+        cli.hold([99999])
+    msg = str(info.value)
+    assert "\n" not in msg and "scontrol hold 99999" in msg and "Invalid job id" in msg
+    assert info.value.returncode == 1 and info.value.cmd == ["scontrol", "hold", "99999"]
+
+
+def test_squeue_jobs_raises_on_partial_output():
+    cli = SlurmCLI(runner=FakeRunner(stdout=load("squeue_mixed.json")[:5000]))
+    with pytest.raises(SlurmError):
+        cli.squeue_jobs()
+
+
+def test_squeue_jobs_filters_and_site_factor():
+    outputs = iter([load("squeue_mixed.json"), load("sprio_site.txt")])
+
+    def runner(argv, **kwargs):
+        return subprocess.CompletedProcess(argv, 0, next(outputs), "")
+
+    jobs = SlurmCLI(runner=runner).squeue_jobs(states=["PENDING"], with_site_factor=True)
+    assert {j.job_id: j.site_factor for j in jobs} == {4: -50, 6: 5000, 7: None, 8: None}
+
+
+def test_real_subprocess_timeout_and_failure():
+    cli = SlurmCLI(timeout=0.3)
+    with pytest.raises(SlurmTimeout) as info:
+        cli.run(["sleep", "5"])
+    assert "timed out" in str(info.value)
+    with pytest.raises(SlurmError):
+        cli.run(["false"])
+    with pytest.raises(SlurmError):
+        cli.run(["/nonexistent/squeue"])
