@@ -33,3 +33,7 @@ def _optional(module: str, name: str) -> None:
 for _module, _name in (("cluster", "cluster"), ("controller", "controller"), ("status", "status"),
                        ("status", "explain"), ("status", "events"), ("report", "report"), ("demo", "demo")):
     _optional(_module, _name)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

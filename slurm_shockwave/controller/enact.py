@@ -99,7 +99,7 @@ class Enactor:
                     self.metrics.enact_errors.labels(a.verb).inc()
                 continue
             self.state.settle(ids, "done")
-            log.info("enacted %s %s on %d job(s): %s", a.verb, a.value if a.value is not None else "",
+            log.info("enacted %s%s on %d job(s): %s", a.verb, f" {a.value}" if a.value is not None else "",
                      len(a.job_ids), list(a.job_ids))
             if self.metrics:
                 self.metrics.enact_actions.labels(a.verb).inc(len(a.job_ids))

@@ -1,0 +1,202 @@
+"""The controller on a real local Slurm cluster: holds, releases and (authoritative) requeues exactly as
+the plan says; jobs outside the managed set are never touched; kill -9 mid-round and a restart leave
+every job in the planned state, none held forever, none requeued twice."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from solver.types import Policy, RoundDecision
+from slurm_shockwave.controller.config import config_from_dict
+from slurm_shockwave.controller.daemon import Controller
+from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
+from tests.slurm_fixtures import make_root, wait_for
+
+pytestmark = pytest.mark.slurm
+
+LOOP_SCRIPT = """#!/bin/sh
+trap 'echo checkpoint-signal' USR1
+i=0
+while [ $i -lt {seconds} ]; do sleep 1; i=$((i+1)); done
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    root = make_root("shockwave-ctl-")
+    c = LocalCluster(root=root, nodes=1, gpus_per_node=2)
+    try:
+        c.ensure_installed()
+        c.up()
+    except SlurmUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def submit(c, root: Path, name, seconds=600, gpus=1, comment="shockwave epochs=10 bs=32 epoch_s=30", hold=False):
+    script = root / f"{name}.sh"
+    script.write_text(LOOP_SCRIPT.format(seconds=seconds))
+    args = [f"--job-name={name}", f"--gres=gpu:{gpus}", "--requeue", f"--output={root}/{name}-%j.out",
+            f"--chdir={root}", "-p", c.partition]
+    if comment:
+        args.append(f"--comment={comment}")
+    if hold:
+        args.append("--hold")
+    return c.cli.sbatch(str(script), args)
+
+
+def config(c, root: Path, mode: str, **extra):
+    ctl = {"round_seconds": 1, "mode": mode, "partition": c.partition, "state_dir": str(root / "state"),
+           "event_store": str(root / "events"), "grace_seconds": 1, **extra}
+    cfg = config_from_dict({"controller": ctl, "policy": {"name": "fifo"}}, "test")
+    cfg.slurm_env = dict(c.env)
+    return cfg
+
+
+class Scripted(Policy):
+    """Runs exactly the jobs the test says."""
+    name = "scripted"
+
+    def __init__(self):
+        self.plan = set()
+
+    def decide(self, view):
+        return RoundDecision(run=tuple(j.job_id for j in view.jobs if j.job_id in self.plan))
+
+
+def jobs_by_id(c, ids):
+    return {j.job_id: j for j in c.cli.squeue_jobs() if j.job_id in ids}
+
+
+def cancel(c, ids):
+    c.cli.cancel(ids)
+    wait_for(lambda: not any(j.state in ("RUNNING", "PENDING") for j in jobs_by_id(c, ids).values()),
+             timeout=30, what="jobs cancelled")
+
+
+def test_authoritative_plan_is_enacted_and_unmanaged_jobs_are_untouched(cluster, tmp_path_factory):
+    root = make_root("shockwave-ctl-a-")
+    a, b = submit(cluster, root, "a"), submit(cluster, root, "b")
+    wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
+    c_, d = submit(cluster, root, "c"), submit(cluster, root, "d")
+    other = submit(cluster, root, "other", comment="not-managed")            # waits: no GPU free
+    ids = {a, b, c_, d, other}
+    ctl = Controller(config(cluster, root, "authoritative"))
+    pol = Scripted()
+    ctl.loop.policy = pol
+    try:
+        # round 0: a and c planned; b loses its round (signalled), d is deferred (held, SiteFactor 0)
+        pol.plan = {a, c_}
+        ctl.run(max_rounds=1)
+        js = jobs_by_id(cluster, ids)
+        assert js[d].held and js[d].state_reason == "JobHeldAdmin"
+        assert not js[c_].held and js[a].state == "RUNNING" and js[b].state == "RUNNING"
+        # next rounds: after the grace period b is requeued held; c gets its GPU
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {c_})[c_].state == "RUNNING",
+                 timeout=40, interval=0.1, what="c running after b's requeue")
+        js = jobs_by_id(cluster, ids)
+        assert js[b].state == "PENDING" and js[b].held and js[b].state_reason == "JobHeldAdmin"
+        assert js[b].restart_count == 1
+        assert js[d].held
+        # idempotent: once Slurm is in the planned state (b, now pending, gets SiteFactor 0 one round
+        # after its requeue), another round issues nothing
+        ctl.run(max_rounds=1)
+        before = len(ctl.state.actions())
+        ctl.run(max_rounds=1)
+        assert len(ctl.state.actions()) == before
+        # the plan changes: b planned again (released, starts at once), c loses its round
+        pol.plan = {a, b}
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {b})[b].state == "RUNNING",
+                 timeout=40, interval=0.1, what="b running again")
+        js = jobs_by_id(cluster, ids)
+        assert js[c_].held and js[c_].restart_count == 1
+        # every requeue happened once per restart count, and never to the unmanaged job
+        acts = ctl.state.actions(status="done")
+        requeues = [(r["job_id"], r["restart_count"]) for r in acts if r["verb"] == "requeue_hold"]
+        assert len(requeues) == len(set(requeues)) == 2
+        assert all(r["job_id"] != str(other) for r in ctl.state.actions())
+        assert jobs_by_id(cluster, {other})[other].state == "PENDING"
+        assert not jobs_by_id(cluster, {other})[other].held
+    finally:
+        ctl.close()
+        cancel(cluster, list(ids))
+
+
+def test_advisory_holds_deferred_and_never_preempts(cluster):
+    root = make_root("shockwave-ctl-b-")
+    a, b = submit(cluster, root, "a"), submit(cluster, root, "b")
+    wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="running")
+    c_ = submit(cluster, root, "c")
+    user_held = submit(cluster, root, "uh", hold=True)                      # a user's own hold stays
+    ctl = Controller(config(cluster, root, "advisory"))
+    pol = Scripted()
+    ctl.loop.policy = pol
+    try:
+        pol.plan = {a, user_held}
+        for _ in range(3):
+            ctl.run(max_rounds=1)
+        js = jobs_by_id(cluster, {a, b, c_, user_held})
+        assert js[b].state == "RUNNING" and js[b].restart_count == 0          # advisory: never preempted
+        assert js[c_].held and js[c_].state_reason == "JobHeldAdmin"
+        assert js[user_held].held and js[user_held].state_reason == "JobHeldUser"
+        pol.plan = {a, b, c_}
+        ctl.run(max_rounds=1)
+        assert not jobs_by_id(cluster, {c_})[c_].held                         # released when planned
+    finally:
+        ctl.close()
+        cancel(cluster, [a, b, c_, user_held])
+
+
+def test_kill_9_mid_round_then_restart(cluster):
+    """A real controller process (Shockwave policy, authoritative) is killed -9 and restarted."""
+    root = make_root("shockwave-ctl-k-")
+    cfg_path = root / "config.toml"
+    cfg_path.write_text(
+        "[controller]\nround_seconds = 2\nmode = \"authoritative\"\ngrace_seconds = 1\n"
+        f"partition = \"{cluster.partition}\"\nstate_dir = \"{root}/state\"\nevent_store = \"{root}/events\"\n"
+        "[policy]\nname = \"shockwave\"\n[policy.shockwave]\nfuture_rounds = 5\nreopt_rounds = 2\n"
+        f"[slurm.env]\nSLURM_CONF = \"{cluster.env['SLURM_CONF']}\"\n")
+    ids = [submit(cluster, root, f"k{i}", seconds=12, comment=f"shockwave epochs={4 + i} bs=32 epoch_s=3")
+           for i in range(4)]
+    cmd = [sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg_path)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    log = open(root / "controller.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        db = root / "state" / "state.sqlite"
+        wait_for(lambda: db.exists() and StateStore(db, readonly=True).next_round() >= 2, timeout=30,
+                 what="two controller rounds")
+        time.sleep(0.9)                            # inside a 2 s round
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_for(lambda: not jobs_by_id(cluster, set(ids)) or all(
+            j.state not in ("RUNNING", "PENDING") for j in jobs_by_id(cluster, set(ids)).values()),
+            timeout=150, interval=1, what="all jobs completed (none held forever)")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0                  # SIGTERM: finishes the round, exits cleanly
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+    final = jobs_by_id(cluster, set(ids))
+    assert all(j.state == "COMPLETED" for j in final.values()), {j.job_id: j.state for j in final.values()}
+    store = StateStore(root / "state" / "state.sqlite", readonly=True)
+    requeues = [(r["job_id"], r["restart_count"]) for r in store.actions(verb="requeue_hold")
+                if r["status"] in ("intent", "done")]
+    assert len(requeues) == len(set(requeues)), "a job was requeued twice at the same restart count"
+    assert store.next_round() >= 5, "the controller ran rounds before and after the kill"
+    for j in final.values():
+        assert j.restart_count <= sum(1 for jid, _ in requeues if jid == str(j.job_id))
+    store.close()
