@@ -55,13 +55,14 @@ def load_workload(path, throughputs: ThroughputTable, num_gpus: int, profile=Non
 
 
 def run_simulation(workload, throughputs, num_gpus: int, policy: str = "shockwave", round_length: float = 120.0,
-                   policy_config=None, profile=None, on_round=None, keep_round_log: bool = False) -> SimResult:
+                   policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
+                   restart_penalty: float = 20.0) -> SimResult:
     if num_gpus <= 0:
         raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {num_gpus}")
     table = throughputs if isinstance(throughputs, ThroughputTable) else ThroughputTable.load(throughputs)
     jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
     pol = make_policy(policy, policy_config)
-    cluster = SimulatedCluster(jobs, table, num_gpus, round_length=round_length)
+    cluster = SimulatedCluster(jobs, table, num_gpus, round_length=round_length, restart_penalty=restart_penalty)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_info=keep_round_log)
     started = time.perf_counter()
     loop.run()

@@ -96,7 +96,7 @@ class SimulatedCluster(ClusterBackend):
         execution = finish - self._round_start
         if job.spec.job_id not in self._prev_run:
             job.restarts += 1 if job.rounds_run else 0
-            if self._dispatch_rounds > 0 and execution != 0 and execution > self.round_length - 5:
+            if self._dispatch_rounds > 0 and execution > max(self.round_length - 5, self.restart_penalty):
                 factor = (execution - self.restart_penalty) / execution
                 steps = int(steps * factor)
                 execution -= self.restart_penalty

@@ -1,0 +1,109 @@
+"""Fair-share finish-time estimates F-bar and the projected ratio rho-hat (notes 1.5, 1.6, 1.8).
+
+Whenever the set of active jobs changes, every active job gets a new estimate
+``FT_i = submit_i + (done_i + R_i) / s`` with ``s = min(1, G/N)`` (N counts jobs), appended to its series as
+``(round, FT_i)``.  The smoothed target is
+
+    F-bar_i = 0.9 * sum_j pi_j * FT_i^(j) + 0.1 * FT_i^(latest)
+
+where pi_j is the fraction of rounds since the job's first estimate during which estimate j was in force
+(``finish_time_momentumed_average`` in the reference).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping
+
+MOMENTUM = 0.9
+
+
+def uniform_share(num_gpus: int, num_jobs: int) -> float:
+    """The reference's s = min(1, G/N) (jobs, not GPUs)."""
+    if num_jobs <= 0:
+        return 1.0
+    return min(1.0, max(num_gpus, 1) / num_jobs)
+
+
+def momentum_average(series: list, round_index: int, momentum: float = MOMENTUM) -> float:
+    """The reference's finish_time_momentumed_average (verbatim maths)."""
+    if not series:
+        raise ValueError("empty finish-time series")
+    rounds = [int(r) for r, _ in series]
+    # estimates made "in the future" (a controller whose round counter went back) count as made now
+    rounds = [min(r, round_index) for r in rounds] + [int(round_index)]
+    windows = [b - a for a, b in zip(rounds, rounds[1:])]
+    vals = [float(v) for _, v in series]
+    if max(windows) <= 0:
+        probs = [0.0] * (len(vals) - 1) + [1.0]
+    else:
+        tot = float(sum(windows))
+        probs = [w / tot for w in windows]
+    avg = sum(p * v for p, v in zip(probs, vals))
+    return momentum * avg + (1.0 - momentum) * vals[-1]
+
+
+class FairShareTracker:
+    """Per-job series of fair-share finish-time estimates."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, list] = {}
+
+    @staticmethod
+    def key(job_id) -> str:
+        return str(job_id)
+
+    def reestimate(self, round_index: int, estimates: Mapping[object, float]) -> None:
+        """Append ``(round_index, FT_i)`` for every job in ``estimates`` (job id -> FT_i)."""
+        for jid, ft in estimates.items():
+            if not math.isfinite(ft):
+                continue
+            s = self.series.setdefault(self.key(jid), [])
+            if s and s[-1][0] == round_index:
+                s[-1] = [int(round_index), float(ft)]
+            else:
+                s.append([int(round_index), float(ft)])
+
+    def forget(self, keep: Iterable) -> None:
+        keep_keys = {self.key(j) for j in keep}
+        for k in list(self.series):
+            if k not in keep_keys:
+                del self.series[k]
+
+    def has(self, job_id) -> bool:
+        return self.key(job_id) in self.series
+
+    def fbar(self, job_id, round_index: int) -> float | None:
+        s = self.series.get(self.key(job_id))
+        if not s:
+            return None
+        return momentum_average(s, round_index)
+
+    def state_dict(self) -> dict:
+        return {"series": {k: [list(x) for x in v] for k, v in self.series.items()}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.series = {str(k): [[int(r), float(v)] for r, v in vals]
+                       for k, vals in dict(state.get("series", {})).items()}
+
+
+def rho_hat(now: float, remaining: float, share: float, fbar: float) -> float:
+    """Projected finish-time-fairness ratio (now + R/s) / F-bar."""
+    if fbar is None or fbar <= 0:
+        return 1.0
+    return (now + remaining / share) / fbar
+
+
+def priority_weight(rho: float, remaining: float, round_length: float, rhomax: float, lam: float,
+                    budget: float = 1.0, power_m: float = 100.0) -> tuple[float, float]:
+    """(log of w_i, w_i) with w_i = B_i * rho^lambda (rho^100 if the job finishes within a round), 1*B_i if rho<=rhomax.
+
+    The log is returned separately because rho^100 overflows floats quickly; callers clip w for the solver and
+    rank by the log.
+    """
+    lb = math.log(budget) if budget > 0 else -math.inf
+    if rho > rhomax and rho > 0:
+        p = power_m if remaining < round_length else lam
+        lw = lb + p * math.log(rho)
+    else:
+        lw = lb
+    return lw, math.exp(min(lw, 700.0)) if lw > -math.inf else 0.0

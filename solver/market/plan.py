@@ -1,0 +1,151 @@
+"""Turning round counts into per-round job lists (notes 1.5 rank step and 1.7 construct_schedules).
+
+1. ``pack_rounds``: jobs in priority order (high w first) take the earliest rounds that still have room for their
+   gang; this is the reference's rank MILP (min sum_i w_i * mean round index of i) done greedily.  Fragmentation
+   (gangs > 1) can leave a job short; a cheap repair then moves other jobs (lowest priority first) out of the
+   way into rounds where they still fit, and as a last resort the counts are re-packed by water-filling in
+   decreasing gang size (kept only if it loses less).  Whatever still does not fit is reported as shortfall.
+   Capacity is checked at every placement, so no round is ever over-full.
+2. ``backfill``: idle GPUs in each round go to jobs not yet in it, longest predicted remaining time first, while
+   they fit (work conservation).
+3. ``max_min_round``: the fallback when there is neither a solution nor a usable cached plan: least attained
+   (weighted) run time first, greedily while it fits.
+"""
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+
+def _greedy_priority(order, gpus, counts, G, W):
+    free = [G] * W
+    members = [set() for _ in range(W)]
+    short = {}
+    for j in order:
+        g, n = gpus[j], counts.get(j, 0)
+        if n <= 0:
+            continue
+        took = 0
+        for t in range(W):
+            if took >= n:
+                break
+            if free[t] >= g:
+                free[t] -= g
+                members[t].add(j)
+                took += 1
+        if took < n:
+            short[j] = n - took
+    return free, members, short
+
+
+def _repair(order, gpus, free, members, short, W):
+    rank = {j: r for r, j in enumerate(order)}
+    for i in sorted(short, key=rank.get):
+        g = gpus[i]
+        for t in range(W):
+            if short[i] <= 0:
+                break
+            if i in members[t]:
+                continue
+            if free[t] < g:
+                moves = []
+                victims = sorted((j for j in members[t] if j != i), key=lambda j: -rank[j])
+                for j in victims:
+                    if free[t] >= g:
+                        break
+                    gj = gpus[j]
+                    dest = next((u for u in list(range(t + 1, W)) + list(range(t))
+                                 if u != t and j not in members[u] and free[u] >= gj), None)
+                    if dest is None:
+                        continue
+                    members[t].discard(j)
+                    free[t] += gj
+                    members[dest].add(j)
+                    free[dest] -= gj
+                    moves.append((j, dest))
+                if free[t] < g:  # undo
+                    for j, dest in reversed(moves):
+                        members[dest].discard(j)
+                        free[dest] += gpus[j]
+                        members[t].add(j)
+                        free[t] -= gpus[j]
+                    continue
+            members[t].add(i)
+            free[t] -= g
+            short[i] -= 1
+    return {j: s for j, s in short.items() if s > 0}
+
+
+def _water_fill(order, gpus, counts, G, W):
+    rank = {j: r for r, j in enumerate(order)}
+    free = [G] * W
+    members = [set() for _ in range(W)]
+    short = {}
+    for j in sorted((j for j in order if counts.get(j, 0) > 0), key=lambda j: (-gpus[j], rank[j])):
+        g, n = gpus[j], counts[j]
+        cand = sorted((t for t in range(W) if free[t] >= g), key=lambda t: (-free[t], t))[:n]
+        for t in cand:
+            free[t] -= g
+            members[t].add(j)
+        if len(cand) < n:
+            short[j] = n - len(cand)
+    # earlier rounds for the rounds holding higher-priority work
+    def key(t):
+        ms = members[t]
+        return sum(rank[j] * gpus[j] for j in ms) / max(1, sum(gpus[j] for j in ms)) if ms else len(order)
+    perm = sorted(range(W), key=key)
+    return [free[t] for t in perm], [members[t] for t in perm], short
+
+
+def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: int, rounds: int):
+    """Per-round job lists realising ``counts`` as far as possible.
+
+    ``order``: job ids, highest priority first.  Returns (list of per-round id lists in priority order,
+    shortfall dict job -> rounds it could not get).
+    """
+    G, W = int(num_gpus), int(rounds)
+    order = [j for j in order if 0 < gpus[j] <= G]
+    free, members, short = _greedy_priority(order, gpus, counts, G, W)
+    if short:
+        short = _repair(order, gpus, free, members, dict(short), W)
+    if short:
+        free2, members2, short2 = _water_fill(order, gpus, counts, G, W)
+        if sum(gpus[j] * s for j, s in short2.items()) < sum(gpus[j] * s for j, s in short.items()):
+            free, members, short = free2, members2, short2
+    rank = {j: r for r, j in enumerate(order)}
+    plan = [sorted(m, key=rank.get) for m in members]
+    return plan, short
+
+
+def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: int) -> list:
+    """Fill idle GPUs of every round with ``candidates`` (already sorted, longest remaining first)."""
+    out = []
+    for ids in plan:
+        ids = list(ids)
+        used = sum(gpus[j] for j in ids)
+        present = set(ids)
+        free = num_gpus - used
+        if free > 0:
+            for j in candidates:
+                if free <= 0:
+                    break
+                if j not in present and gpus[j] <= free:
+                    ids.append(j)
+                    present.add(j)
+                    free -= gpus[j]
+        out.append(ids)
+    return out
+
+
+def max_min_round(jobs: Sequence, num_gpus: int) -> list:
+    """Fallback allocation for one round: least attained run time per unit weight first, while it fits.
+
+    ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time).  Repeated every round, this is a
+    round-robin that equalises weighted attained service (max-min fairness in time) and never exceeds capacity.
+    """
+    free = int(num_gpus)
+    out = []
+    for jid, g, rt, w, arr in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0]))):
+        if 0 < g <= free:
+            out.append(jid)
+            free -= g
+    return out
