@@ -1,0 +1,153 @@
+"""Atomic checkpoint/resume helper for requeued Slurm jobs.
+
+``save()`` writes ``<dir>/checkpoint.pkl`` atomically: temp file in the same directory,
+fsync, ``os.replace``, fsync of the directory.  The previous checkpoint is kept as
+``checkpoint.prev.pkl`` and used if the newest one cannot be read.  A crash or SIGKILL
+mid-save leaves the old checkpoint intact (and at worst a stale ``.tmp`` file, removed
+by the next save).
+
+The payload is pickled (torch tensors pickle fine); only load checkpoints you wrote.
+
+Stale checkpoints: Slurm job ids are reused (e.g. after a controller reinstall), so on the
+*first* run of a job (restart count 0) a checkpoint written by the same job id before this
+run started (``$SHOCKWAVE_RUN_START``, exported by shockwave-run) belongs to an older job
+and is ignored with a warning.  Checkpoints of *other* job ids in the same directory are
+loaded (deliberate resume of a resubmitted job).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+from .context import warn
+
+FORMAT = 1
+
+
+class CheckpointManager:
+    """Save/load one job's training state; knows which epoch to resume from.
+
+    ``epochs_done`` passed to :meth:`save` is the number of fully completed epochs
+    contained in the state (so :meth:`resume_epoch` is the 0-based index to run next).
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, *, reporter: Any = None,
+                 name: str = "checkpoint"):
+        if directory is None:
+            directory = os.environ.get("SHOCKWAVE_CHECKPOINT_DIR") or "checkpoints"
+        self.dir = Path(directory)
+        self.path = self.dir / f"{name}.pkl"
+        self.prev_path = self.dir / f"{name}.prev.pkl"
+        self.reporter = reporter
+        self.restart = _int_env("SHOCKWAVE_RESTART_COUNT", _int_env("SLURM_RESTART_COUNT", 0))
+        self.job_id = os.environ.get("SHOCKWAVE_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+        self.run_start = _float_env("SHOCKWAVE_RUN_START")
+        self._meta: dict[str, Any] | None = None
+
+    def save(self, state: dict[str, Any], epochs_done: int | None = None) -> Path:
+        """Atomically persist ``state``; records a ``checkpoint`` event if a reporter is set."""
+        if not isinstance(state, dict):
+            raise TypeError("checkpoint state must be a dict")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        payload = {"format": FORMAT, "epochs_done": epochs_done, "restart": self.restart,
+                   "job_id": self.job_id, "time": time.time(), "state": state}
+        tmp = self.dir / f".{self.path.name}.{os.getpid()}.tmp"
+        for stale in self.dir.glob(f".{self.path.name}.*.tmp"):
+            if stale != tmp:
+                _unlink(stale)
+        with open(tmp, "wb") as fh:
+            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if self.path.exists():
+            _unlink(self.prev_path)
+            try:
+                os.link(self.path, self.prev_path)
+            except OSError:
+                pass
+        os.replace(tmp, self.path)
+        _fsync_dir(self.dir)
+        self._meta = payload
+        if self.reporter is not None:
+            last = None if not epochs_done else epochs_done - 1
+            self.reporter.checkpointed(self.path, epoch=last)
+        return self.path
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved state dict, or ``None`` if there is no readable checkpoint."""
+        for path in (self.path, self.prev_path):
+            if not path.exists():
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    payload = pickle.load(fh)
+                if not (isinstance(payload, dict) and payload.get("format") == FORMAT
+                        and isinstance(payload.get("state"), dict)):
+                    raise ValueError("not a shockwave checkpoint")
+            except Exception as exc:
+                warn(f"cannot read checkpoint {path}: {exc}")
+                continue
+            if self._stale(payload):
+                warn(f"ignoring checkpoint {path}: written by an earlier job with the same id "
+                     f"{self.job_id} (this is its first run)")
+                continue
+            self._meta = payload
+            return payload["state"]
+        self._meta = None
+        return None
+
+    def _stale(self, payload: dict[str, Any]) -> bool:
+        if self.restart != 0 or self.run_start is None or not self.job_id:
+            return False
+        t = payload.get("time")
+        return (payload.get("job_id") == self.job_id and isinstance(t, (int, float))
+                and t < self.run_start)
+
+    def resume_epoch(self) -> int:
+        """0-based index of the first epoch to run (0 without a checkpoint)."""
+        if self._meta is None:
+            self.load()
+        if not self._meta:
+            return 0
+        n = self._meta.get("epochs_done")
+        return n if isinstance(n, int) and n >= 0 else 0
+
+    def exists(self) -> bool:
+        return self.path.exists() or self.prev_path.exists()
+
+
+def _unlink(p: Path) -> None:
+    try:
+        p.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _int_env(name: str, default: int) -> int:
+    try:
+        return max(0, int(os.environ[name]))
+    except (KeyError, ValueError):
+        return default
+
+
+def _float_env(name: str) -> float | None:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return None

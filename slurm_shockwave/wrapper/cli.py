@@ -1,0 +1,174 @@
+"""``shockwave-run [options] -- CMD ...``: run a training program as a Shockwave-managed job.
+
+* sets up ``<store>/<jobid>/events.jsonl`` and exports SHOCKWAVE_* variables;
+* records ``start`` and ``exit`` (with the exit code) events;
+* forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 to the child;
+* turns the preemption signal (``--signal``, default USR1, as in ``sbatch
+  --signal=B:USR1@<grace>``) into a checkpoint request: it is forwarded, a request file is
+  created (so a request that arrives before the child's API is ready is not lost), and
+  the child's ``api.should_checkpoint()`` becomes true.  The child starts with that signal
+  ignored until it installs its own handler, so an early signal cannot kill it.
+
+Exit status: the child's; 128+N if the child was killed by signal N.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..events.store import ensure_job_dir
+from ..events.writer import EventWriter
+from .context import JobContext, count_gpus, parse_signal, warn
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shockwave-run",
+        description="Run a training command as a Shockwave-managed job (events + signals).",
+        usage="shockwave-run [--store DIR] [--checkpoint-dir DIR] [--signal SIG] -- CMD [ARG ...]")
+    p.add_argument("--store", help="event store root (default: $SHOCKWAVE_STORE, else "
+                   "~/.local/state/shockwave/events)")
+    p.add_argument("--checkpoint-dir", help="exported as SHOCKWAVE_CHECKPOINT_DIR (default: "
+                   "$SHOCKWAVE_CHECKPOINT_DIR, else ./checkpoints/<jobid>)")
+    p.add_argument("--signal", default=os.environ.get("SHOCKWAVE_CHECKPOINT_SIGNAL", "USR1"),
+                   help="preemption signal that requests a checkpoint (default USR1)")
+    p.add_argument("--requeue-on-signal", action="store_true",
+                   help="after the child exits following the preemption signal, run "
+                   "'scontrol requeue $SLURM_JOB_ID' (for --signal at the time limit)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        print("shockwave-run: error: no command given (usage: shockwave-run [opts] -- CMD ...)",
+              file=sys.stderr)
+        return 2
+    try:
+        ckpt_sig = parse_signal(args.signal)
+    except ValueError as exc:
+        print(f"shockwave-run: error: --signal: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ctx = JobContext.from_env(store=args.store, checkpoint_dir=args.checkpoint_dir)
+    except ValueError as exc:
+        print(f"shockwave-run: error: {exc}", file=sys.stderr)
+        return 2
+    return Runner(ctx, cmd, ckpt_sig, args.requeue_on_signal).run()
+
+
+class Runner:
+    def __init__(self, ctx: JobContext, cmd: list[str], ckpt_sig: signal.Signals,
+                 requeue_on_signal: bool = False):
+        self.ctx, self.cmd, self.ckpt_sig = ctx, cmd, ckpt_sig
+        self.requeue_on_signal = requeue_on_signal
+        self.child: subprocess.Popen | None = None
+        self.pending: list[int] = []
+        self.received: list[int] = []
+        self.writer: EventWriter | None = None
+        self.tmpdir = Path(tempfile.mkdtemp(prefix="shockwave-run-"))
+        self.request_file = self.tmpdir / "checkpoint.request"
+
+    # ------------------------------------------------------------------ events
+    def _emit(self, kind: str, **fields) -> None:
+        if self.writer is None:
+            return
+        try:
+            self.writer.emit(kind, **fields)
+        except Exception as exc:
+            warn(f"could not record {kind} event: {exc}")
+
+    def _setup_events(self) -> None:
+        try:
+            ensure_job_dir(self.ctx.store, self.ctx.job_id)
+            self.writer = EventWriter(self.ctx.event_file, self.ctx.job_id, self.ctx.restart,
+                                      source="wrapper")
+        except Exception as exc:
+            warn(f"events disabled (store {self.ctx.store}): {exc}")
+
+    # ----------------------------------------------------------------- signals
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.received.append(signum)
+        self._emit("signal", signal=int(signum),
+                   reason="checkpoint request" if signum == self.ckpt_sig else "forwarded")
+        if signum == self.ckpt_sig:
+            try:
+                self.request_file.touch()
+            except OSError:
+                pass
+        if self.child is None:
+            self.pending.append(signum)
+            return
+        try:
+            os.kill(self.child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _child_setup(self) -> None:  # runs in the child between fork and exec
+        signal.signal(self.ckpt_sig, signal.SIG_IGN)
+
+    # --------------------------------------------------------------------- run
+    def run(self) -> int:
+        self._setup_events()
+        env = dict(os.environ)
+        env.update(self.ctx.child_env(self.ckpt_sig.name[3:], self.request_file))
+        previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
+        self._emit("start", gpus=count_gpus(env), host=socket.gethostname()[:255] or None,
+                   pid=os.getpid())
+        code = self._run_child(env)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        return code
+
+    def _run_child(self, env: dict[str, str]) -> int:
+        try:
+            self.child = subprocess.Popen(self.cmd, env=env, preexec_fn=self._child_setup)
+        except OSError as exc:
+            print(f"shockwave-run: error: cannot run {self.cmd[0]!r}: {exc.strerror}",
+                  file=sys.stderr)
+            self._emit("exit", exit_code=127, reason=f"exec failed: {exc.strerror}")
+            return 127
+        for signum in self.pending:
+            self._on_signal(signum, None)
+        self.pending.clear()
+        rc = self.child.wait()
+        sig_seen = [signal.Signals(s).name for s in dict.fromkeys(self.received)]
+        reason = "preempted" if (self.ckpt_sig in self.received
+                                 or signal.SIGTERM in self.received) else (
+            "completed" if rc == 0 else "failed")
+        if sig_seen:
+            reason += " (signals: " + ",".join(sig_seen) + ")"
+        if rc < 0:
+            self._emit("exit", exit_code=rc, signal=-rc, reason=reason)
+            code = 128 - rc
+        else:
+            self._emit("exit", exit_code=min(rc, 255), reason=reason)
+            code = rc
+        if self.requeue_on_signal and self.ckpt_sig in self.received and self.ctx.in_slurm:
+            self._self_requeue()
+        return code
+
+    def _self_requeue(self) -> None:
+        try:
+            r = subprocess.run(["scontrol", "requeue", self.ctx.job_id], capture_output=True,
+                               text=True, timeout=15)
+            if r.returncode != 0:
+                warn(f"scontrol requeue failed: {r.stderr.strip()[:200]}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            warn(f"scontrol requeue failed: {exc}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
