@@ -19,11 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 from solver.policies import policy_names  # noqa: E402
 from solver.policies.shockwave import ShockwaveConfig  # noqa: E402
-from slurm_shockwave.data_files import REFERENCE_RESULTS, experiment_paths  # noqa: E402
+from slurm_shockwave.data_files import CONFIGS, REFERENCE_RESULTS, experiment_paths  # noqa: E402
 from slurm_shockwave.simulate import run_simulation  # noqa: E402
 
 REF_NAME = {"max_sum_throughput": "max_sum_throughput_perf"}
-LABEL = {"shockwave": "Shockwave", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
+LABEL = {"shockwave": "Shockwave", "shockwave_reference_config": "Shockwave, reference config", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
          "max_min_fairness": "Gavel", "allox": "AlloX", "max_sum_throughput": "MST", "gandiva_fair": "Gandiva-Fair",
          "fifo": "FIFO"}
 
@@ -36,28 +36,34 @@ def reference_rows():
 
 def run_experiment(name, policies):
     p = experiment_paths(name)
-    cfg = ShockwaveConfig.from_file(p["config"])
-    out = {}
+    runs = []
     for pol in policies:
+        runs.append((pol, pol, ShockwaveConfig.from_file(p["config"]) if pol == "shockwave" else None))
+        if pol == "shockwave" and p["config"] != p["reference_config"]:
+            runs.append(("shockwave_reference_config", pol, ShockwaveConfig.from_file(p["reference_config"])))
+    out = {}
+    for key, pol, cfg in runs:
         t0 = time.perf_counter()
         r = run_simulation(p["trace"], p["throughputs"], p["gpus"], pol, policy_config=cfg)
-        out[pol] = r
+        out[key] = r
         m = r.metrics
-        print(f"{name} {pol:22s} makespan {m.makespan:9.0f} jct {m.avg_jct:8.0f} worst {m.worst_rho:.3f} "
+        print(f"{name} {key:26s} makespan {m.makespan:9.0f} jct {m.avg_jct:8.0f} worst {m.worst_rho:.3f} "
               f"unfair {m.unfair_fraction:5.2f}% ({time.perf_counter() - t0:.1f} s)", flush=True)
     return p, out
 
 
 def table(name, p, results, ref):
-    lines = [f"### {name}: `{p['trace'].name}`, {p['gpus']} GPUs, `{p['throughputs'].name}`, config "
-             f"`{p['config'].name}`", "",
+    cfg = p["config"].relative_to(CONFIGS)
+    lines = [f"### {name}: `{p['trace'].name}`, {p['gpus']} GPUs, `{p['throughputs'].name}`, Shockwave config "
+             f"`configs/{cfg}`" + (f" (the reference's: `configs/{p['reference_config'].name}`)"
+                                   if p["config"] != p["reference_config"] else ""), "",
              "| policy | makespan s | avg JCT s | worst rho | unfair % (rho>1.05) | unfair % (rho>1.1) | util | "
              "reference makespan | reference JCT | reference worst rho | reference unfair % | "
              "makespan vs ref | JCT vs ref | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pol, r in results.items():
         m = r.metrics
-        rv = ref.get(REF_NAME.get(pol, pol)) if ref else None
+        rv = ref.get(REF_NAME.get(pol, pol.replace("_reference_config", ""))) if ref else None
         refcols = (f"{rv['makespan']:,.0f} | {rv['avg_jct']:,.0f} | {rv['worst_ftf']:.3f} | "
                    f"{rv['unfair_fraction_pct_gt1.05']:.2f} | {m.makespan / rv['makespan'] - 1:+.2%} | "
                    f"{m.avg_jct / rv['avg_jct'] - 1:+.2%}") if rv else "- | - | - | - | - | -"

@@ -41,9 +41,10 @@ def _parser() -> argparse.ArgumentParser:
                    "$SHOCKWAVE_CHECKPOINT_DIR, else ./checkpoints/<jobid>)")
     p.add_argument("--signal", default=os.environ.get("SHOCKWAVE_CHECKPOINT_SIGNAL", "USR1"),
                    help="preemption signal that requests a checkpoint (default USR1)")
-    p.add_argument("--requeue-on-signal", action="store_true",
-                   help="after the child exits following the preemption signal, run "
-                   "'scontrol requeue $SLURM_JOB_ID' (for --signal at the time limit)")
+    p.add_argument("--requeue-on-signal", action=argparse.BooleanOptionalAction,
+                   default=os.environ.get("SHOCKWAVE_REQUEUE_ON_SIGNAL", "1") != "0",
+                   help="after the child exits 0 following the preemption signal without having finished its epochs, run "
+                   "'scontrol requeue $SLURM_JOB_ID' (default on; SHOCKWAVE_REQUEUE_ON_SIGNAL=0 turns it off)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     return p
 
@@ -156,9 +157,22 @@ class Runner:
         else:
             self._emit("exit", exit_code=min(rc, 255), reason=reason)
             code = rc
-        if self.requeue_on_signal and self.ckpt_sig in self.received and self.ctx.in_slurm:
+        if self.requeue_on_signal and self.ckpt_sig in self.received and self.ctx.in_slurm \
+                and rc == 0 and not self._training_finished():
+            # the program stopped early to checkpoint: put the job back in the queue instead of letting
+            # Slurm record it as completed (the controller holds it until it is planned again)
             self._self_requeue()
         return code
+
+    def _training_finished(self) -> bool:
+        """Did the job report all its epochs?  Unknown totals count as finished (never requeue blindly)."""
+        try:
+            from ..events.reader import EventReader
+            from ..events.summary import summarize
+            p = summarize(EventReader(self.ctx.store).read_job(self.ctx.job_id).events)
+        except Exception:  # noqa: BLE001
+            return True
+        return p.total_epochs is None or p.epochs_done >= p.total_epochs
 
     def _self_requeue(self) -> None:
         try:
