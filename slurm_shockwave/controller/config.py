@@ -1,6 +1,6 @@
 """The controller's configuration file (TOML), validated at start: one line per problem.
 
-Example (docs/admin.md has the full reference):
+Example (docs/config.example.toml is the full, commented reference):
 
     [controller]
     round_seconds = 120            # length of a round
