@@ -19,7 +19,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from .errors import WorkloadError
+from .errors import WorkloadError, read_text
 from .jobs import MODES, JobSpec
 from .models import DATASET_SIZE, MAX_BATCH_SIZE, steps_per_epoch
 
@@ -29,12 +29,7 @@ KNOWN = {"id", "arrival", "model", "batch_size", "gpus", "mode", "epochs", "tota
 
 def read_spec(path, num_gpus: int | None = None, throughputs=None) -> list[JobSpec]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(path, 0, "file", "not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(path, 0, "file", str(e)) from None
+    text = read_text(path)
     entries = _entries(path, text)
     if not entries:
         raise WorkloadError(path, 0, "job", "no jobs")

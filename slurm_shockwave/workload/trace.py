@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import WorkloadError
+from .errors import WorkloadError, read_text
 from .jobs import MODES, JobSpec
 from .models import DATASET_SIZE, MAX_BATCH_SIZE, model_of
 
@@ -18,12 +18,7 @@ FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_da
 def read_trace(path, num_gpus: int | None = None, throughputs=None) -> list[JobSpec]:
     """Parse a trace; every problem is a WorkloadError naming file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(path, 0, "file", "not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(path, 0, "file", str(e)) from None
+    text = read_text(path)
     jobs: list[JobSpec] = []
     last_arrival = 0.0
     for lineno, line in enumerate(text.splitlines(), start=1):
