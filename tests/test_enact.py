@@ -65,3 +65,9 @@ def test_requeue_held_job_is_released_when_planned_again():
 def test_pending_job_asking_for_other_gpus_is_updated():
     jobs = [obs(7, gpus=2, wanted=4, sf=HIGH)]
     assert verbs(reconcile(jobs, {7}, "advisory", HIGH, 0.0, {}, 60, never)) == {("update_gpus", 4): (7,)}
+
+
+def test_running_job_asking_for_other_gpus_is_requeued_first_in_authoritative_mode():
+    jobs = [obs(8, state="RUNNING", gpus=1, wanted=2)]
+    assert verbs(reconcile(jobs, {8}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("signal", "USR1"): (8,)}
+    assert reconcile(jobs, {8}, "advisory", HIGH, 0.0, {}, 60, never) == []

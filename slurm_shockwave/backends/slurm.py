@@ -99,7 +99,8 @@ class SlurmBackend(ClusterBackend):
             self._observed[j.job_id] = Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count,
                                                 j.site_factor if j.site_factor is not None else
                                                 self._last_site_factor(j.job_id), max(j.gpus, 1),
-                                                progress.gpus if progress.gpus and not progress.started else None)
+                                                progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
+                                                else None)
         seen = {str(j.job_id) for j, _ in managed}
         gone = [r["job_id"] for r in self.state.jobs() if r["job_id"] not in seen]
         if gone:
@@ -126,8 +127,9 @@ class SlurmBackend(ClusterBackend):
                 elif action.verb == "requeue_hold":
                     self.signalled.pop(j, None)
         for j in list(self.signalled):
-            if j in run or j not in self._observed:
-                self.signalled.pop(j, None)
+            ob = self._observed.get(j)
+            if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
+                self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.last_enacted = results
 

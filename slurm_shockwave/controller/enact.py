@@ -8,7 +8,8 @@ authoritative: additionally a running job that lost its round is signalled (its 
     after the grace period, requeued held (`scontrol requeuehold`); it is released when planned again.
     A requeue is journalled with the job's restart count, so a crash after issuing it never requeues the
     job a second time.
-A job whose GPU request changed (an event asking for another GPU count) is updated while pending.
+A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
+running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).
 """
 from __future__ import annotations
 
@@ -64,7 +65,9 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                     add("site_factor", j.job_id, 0)
                 if not j.held:
                     add("hold", j.job_id)
-        elif j.state == "RUNNING" and not planned and mode == "authoritative":
+        elif j.state == "RUNNING" and mode == "authoritative" and (
+                not planned or (j.wanted_gpus and j.wanted_gpus != j.gpus)):
+            # lost its round, or asks for another GPU count (resized while pending after the requeue)
             since = signalled.get(j.job_id)
             if since is None:
                 add("signal", j.job_id, signal)
