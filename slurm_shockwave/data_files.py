@@ -17,7 +17,7 @@ EXPERIMENTS = {
     "scale_64gpus": ("220_0.2_5_100_25_4_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace",
                      "wisr_throughputs.json", 64, "scale_64gpus.json", "profile_220jobs_scale_64gpus.json"),
     "scale_256gpus": ("900_0.2_5_1000_5_15_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace",
-                      "wisr_throughputs.json", 256, "scale_256gpus.json", "profile_900jobs_scale_256gpus.json"),
+                      "wisr_throughputs.json", 256, "tuned/scale_256gpus.json", "profile_900jobs_scale_256gpus.json"),
 }
 DEFAULT_EXPERIMENT = "tacc_32gpus"
 

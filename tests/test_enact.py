@@ -71,3 +71,11 @@ def test_running_job_asking_for_other_gpus_is_requeued_first_in_authoritative_mo
     jobs = [obs(8, state="RUNNING", gpus=1, wanted=2)]
     assert verbs(reconcile(jobs, {8}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("signal", "USR1"): (8,)}
     assert reconcile(jobs, {8}, "advisory", HIGH, 0.0, {}, 60, never) == []
+
+
+def test_a_job_that_just_started_is_not_preempted_yet():
+    young = [Observed(9, "RUNNING", False, "", 0, None, 1, None, 30.0)]
+    assert reconcile(young, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120) == []
+    old = [Observed(9, "RUNNING", False, "", 0, None, 1, None, 130.0)]
+    assert verbs(reconcile(old, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120)) == \
+        {("signal", "USR1"): (9,)}

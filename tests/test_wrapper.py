@@ -295,3 +295,29 @@ def test_train_cnn_resumes_exactly_after_preemption(tmp_path):
     a = CheckpointManager(tmp_path / "ck").load()["model"]
     b = CheckpointManager(tmp_path / "ck2").load()["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_requeue_decision_after_the_preemption_signal(tmp_path):
+    """The wrapper puts a job back in the queue only when it stopped early to checkpoint."""
+    import signal as _signal
+    import types
+
+    from slurm_shockwave.events.writer import EventWriter
+    from slurm_shockwave.wrapper.cli import Runner
+
+    def runner_for(job, events):
+        w = EventWriter.for_job(tmp_path, job)
+        for kind, fields in events:
+            w.emit(kind, **fields)
+        ctx = types.SimpleNamespace(store=str(tmp_path), job_id=job, restart=0)
+        return Runner(ctx, ["true"], _signal.SIGUSR1)
+
+    sig = ("signal", {"signal": int(_signal.SIGUSR1), "reason": "checkpoint request"})
+    ckpt = ("checkpoint", {"path": "/x/ckpt"})
+    early = runner_for("101", [("start", {}), sig, ckpt])
+    assert not early._training_finished()                     # stopped to checkpoint: requeue
+    done = runner_for("102", [("epoch_end", {"epoch": 0, "batch_size": 8, "duration_s": 1.0, "total_epochs": 1}),
+                              sig, ckpt])
+    assert done._training_finished()                          # all epochs reported: completed
+    no_ckpt = runner_for("103", [("start", {}), sig])
+    assert no_ckpt._training_finished()                       # no checkpoint after the signal: never blindly

@@ -100,7 +100,8 @@ class SlurmBackend(ClusterBackend):
                                                 j.site_factor if j.site_factor is not None else
                                                 self._last_site_factor(j.job_id), max(j.gpus, 1),
                                                 progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
-                                                else None)
+                                                else None,
+                                                now - j.start_time if j.state == "RUNNING" and j.start_time else None)
         seen = {str(j.job_id) for j, _ in managed}
         gone = [r["job_id"] for r in self.state.jobs() if r["job_id"] not in seen]
         if gone:
@@ -116,7 +117,8 @@ class SlurmBackend(ClusterBackend):
         run = {int(j) for j in decision.run}
         now = self.clock()
         actions = reconcile(list(self._observed.values()), run, self.cfg.mode, self.cfg.site_factor, now,
-                            self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal)
+                            self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
+                            self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length)
         results = self.enactor.execute(self.round_index, actions, self._restarts)
         for action, status in results:
             if status != "done":

@@ -11,6 +11,7 @@ Example (docs/config.example.toml is the full, commented reference):
     state_dir = "/var/lib/shockwave"
     event_store = "/var/lib/shockwave/events"
     grace_seconds = 60             # authoritative: signal, then requeuehold after this long
+    min_run_seconds = 120          # a (re)started job is not preempted before this (default: one round)
     preempt_signal = "USR1"
     site_factor = 1000000          # SiteFactor of planned jobs (deferred ones get 0)
     metrics_port = 9108            # Prometheus; 0 = off
@@ -50,6 +51,7 @@ class ControllerConfig:
     state_dir: str = "/var/lib/shockwave"
     event_store: str = "/var/lib/shockwave/events"
     grace_seconds: float = 60.0
+    min_run_seconds: float | None = None     # a job runs at least this long before it is preempted (None: a round)
     preempt_signal: str = "USR1"
     site_factor: int = 1_000_000
     metrics_port: int = 0
@@ -71,7 +73,7 @@ class ControllerConfig:
 
 
 _FIELDS = {"round_seconds": (int, float), "mode": str, "partition": str, "managed_by": str, "marker": str,
-           "state_dir": str, "event_store": str, "grace_seconds": (int, float), "preempt_signal": str,
+           "state_dir": str, "event_store": str, "grace_seconds": (int, float), "min_run_seconds": (int, float), "preempt_signal": str,
            "site_factor": int, "metrics_port": int, "slurm_timeout": (int, float), "dry_run": bool}
 
 
@@ -109,6 +111,8 @@ def config_from_dict(data: dict, source: str = "<dict>") -> ControllerConfig:
                         f"got {cfg.managed_by!r}")
     if cfg.grace_seconds < 0:
         problems.append(f"{source}: controller.grace_seconds: must be >= 0, got {cfg.grace_seconds}")
+    if cfg.min_run_seconds is not None and cfg.min_run_seconds < 0:
+        problems.append(f"{source}: controller.min_run_seconds: must be >= 0, got {cfg.min_run_seconds}")
     if not 0 <= cfg.metrics_port <= 65535:
         problems.append(f"{source}: controller.metrics_port: must be 0..65535, got {cfg.metrics_port}")
     if not 0 < cfg.site_factor <= 2147483645:

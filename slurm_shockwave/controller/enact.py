@@ -39,12 +39,14 @@ class Observed:
     site_factor: int | None
     gpus: int
     wanted_gpus: int | None = None     # from the job's events, when it asked for another GPU count
+    running_for: float | None = None   # seconds since it (re)started, while running
 
 
 def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, signalled: dict, grace: float,
-              already_requeued, signal: str = "USR1") -> list[Action]:
+              already_requeued, signal: str = "USR1", min_run: float = 0.0) -> list[Action]:
     """The actions that bring Slurm to the desired state.  `signalled` maps job -> time of its preemption
-    signal (updated in place by the caller after enactment); `already_requeued(job, restart_count)`."""
+    signal (updated in place by the caller after enactment); `already_requeued(job, restart_count)`.
+    A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing)."""
     by_verb: dict[tuple, list] = {}
 
     def add(verb, job, value=None):
@@ -69,6 +71,8 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 not planned or (j.wanted_gpus and j.wanted_gpus != j.gpus)):
             # lost its round, or asks for another GPU count (resized while pending after the requeue)
             since = signalled.get(j.job_id)
+            if since is None and j.running_for is not None and j.running_for < min_run:
+                continue
             if since is None:
                 add("signal", j.job_id, signal)
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):

@@ -165,14 +165,21 @@ class Runner:
         return code
 
     def _training_finished(self) -> bool:
-        """Did the job report all its epochs?  Unknown totals count as finished (never requeue blindly)."""
+        """Did the job finish its training?  False only when it stopped early to checkpoint: it reported a
+        checkpoint after the preemption signal and has not reported all its epochs (when it said how many)."""
         try:
             from ..events.reader import EventReader
             from ..events.summary import summarize
-            p = summarize(EventReader(self.ctx.store).read_job(self.ctx.job_id).events)
-        except Exception:  # noqa: BLE001
+            events = EventReader(self.ctx.store).read_job(self.ctx.job_id).events
+            p = summarize(events)
+        except Exception:  # noqa: BLE001 - never requeue blindly
             return True
-        return p.total_epochs is None or p.epochs_done >= p.total_epochs
+        if p.total_epochs is not None and p.epochs_done >= p.total_epochs:
+            return True
+        signalled = [e.ts for e in events if e.kind == "signal" and e.signal == int(self.ckpt_sig)
+                     and e.restart == self.ctx.restart]
+        return not (signalled and any(e.kind == "checkpoint" and e.ts >= signalled[0] and e.restart == self.ctx.restart
+                                      for e in events))
 
     def _self_requeue(self) -> None:
         try:
