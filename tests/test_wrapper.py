@@ -321,3 +321,21 @@ def test_requeue_decision_after_the_preemption_signal(tmp_path):
     assert done._training_finished()                          # all epochs reported: completed
     no_ckpt = runner_for("103", [("start", {}), sig])
     assert no_ckpt._training_finished()                       # no checkpoint after the signal: never blindly
+
+
+def test_checkpoint_signal_after_the_last_epoch_is_not_a_failure(tmp_path):
+    import signal as _signal
+    import types
+
+    from slurm_shockwave.events.writer import EventWriter
+    from slurm_shockwave.wrapper.cli import Runner
+
+    w = EventWriter.for_job(tmp_path, "201")
+    w.emit("epoch_end", epoch=0, batch_size=8, duration_s=1.0, total_epochs=1)
+    ctx = types.SimpleNamespace(store=str(tmp_path), job_id="201", restart=0, in_slurm=False, event_file=None)
+    r = Runner(ctx, ["true"], _signal.SIGUSR1)
+    assert r._all_epochs_reported()
+    w2 = EventWriter.for_job(tmp_path, "202")
+    w2.emit("epoch_end", epoch=0, batch_size=8, duration_s=1.0, total_epochs=3)
+    ctx2 = types.SimpleNamespace(store=str(tmp_path), job_id="202", restart=0, in_slurm=False, event_file=None)
+    assert not Runner(ctx2, ["true"], _signal.SIGUSR1)._all_epochs_reported()

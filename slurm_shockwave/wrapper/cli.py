@@ -145,6 +145,8 @@ class Runner:
             self._on_signal(signum, None)
         self.pending.clear()
         rc = self.child.wait()
+        if rc == -int(self.ckpt_sig) and self._all_epochs_reported():
+            rc = 0          # the checkpoint request arrived after the last epoch, while the program was exiting
         sig_seen = [signal.Signals(s).name for s in dict.fromkeys(self.received)]
         reason = "preempted" if (self.ckpt_sig in self.received
                                  or signal.SIGTERM in self.received) else (
@@ -163,6 +165,15 @@ class Runner:
             # Slurm record it as completed (the controller holds it until it is planned again)
             self._self_requeue()
         return code
+
+    def _all_epochs_reported(self) -> bool:
+        try:
+            from ..events.reader import EventReader
+            from ..events.summary import summarize
+            p = summarize(EventReader(self.ctx.store).read_job(self.ctx.job_id).events)
+        except Exception:  # noqa: BLE001
+            return False
+        return p.total_epochs is not None and p.epochs_done >= p.total_epochs
 
     def _training_finished(self) -> bool:
         """Did the job finish its training?  False only when it stopped early to checkpoint: it reported a
