@@ -76,7 +76,8 @@ def main():
         lines.append(f"| {n} | {gpus} | " + " | ".join(cells) + " |")
     perf = ROOT / "docs" / "performance.md"
     old = perf.read_text() if perf.exists() else ""
-    keep = old[old.index("\n## Controller round"):] if "\n## Controller round" in old else ""
+    ours = ("Full simulation", "One window solve")       # the sections this script writes; keep the others
+    keep = "".join("\n## " + sec for sec in old.split("\n## ")[1:] if not sec.startswith(ours))
     perf.write_text("\n".join(lines) + "\n" + keep)
     print(f"wrote {perf}")
 
