@@ -84,7 +84,8 @@ def status_rows(store) -> tuple[dict, list[dict]]:
                "planned_utilization": round(planned / capacity, 3) if capacity else None,
                "last_solve_seconds": last["decide_seconds"] if last else None,
                "solver_path": decision.get("path"), "mode": cfg.get("mode"), "policy": cfg.get("policy"),
-               "dry_run": cfg.get("dry_run"), "round_seconds": round_length, "jobs": len(rows)}
+               "dry_run": cfg.get("dry_run"), "round_seconds": round_length, "jobs": len(rows),
+               "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0)}
     return summary, rows
 
 

@@ -97,11 +97,14 @@ class Controller:
             try:
                 self.loop.run_round()
             except SlurmError as e:
-                self.state.finish_round(r, "slurm_error")
+                self.state.finish_round(r, "slurm_error")      # the round is retried under the same number
+                outage = self.state.get("slurm_outage", {"count": 0})
+                self.state.put("slurm_outage", {"count": outage["count"] + 1, "last_error": str(e).splitlines()[0],
+                                                "ts": time.time()})
                 if self.metrics:
                     self.metrics.slurm_failures.inc()
                     self.metrics.rounds.labels("slurm_error").inc()
-                log.warning("round %d: Slurm unavailable (%s); retrying in %.0f s", r, str(e).splitlines()[0], backoff)
+                log.warning("round %d: Slurm unavailable (%s); retrying in %.1f s", r, str(e).splitlines()[0], backoff)
                 self.backend.stop_event.wait(backoff)
                 backoff = min(backoff * 2, self.cfg.round_seconds)
                 continue
