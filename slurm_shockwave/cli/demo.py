@@ -36,6 +36,7 @@ def demo(nodes, gpus_per_node, round_seconds, mode, short, timeout, keep, as_jso
 def _print(res):
     from rich.table import Table
     c = console()
+    c.width = max(c.width, 150)
     if res["jobs"]:
         t = Table(title="Jobs on the local Slurm cluster")
         for col in ("job", "name", "user", "mode", "GPUs", "state", "epochs", "batch sizes", "JCT s", "sim JCT s",

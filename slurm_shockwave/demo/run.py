@@ -46,6 +46,7 @@ class Demo:
         self.cluster = None
         self.controller = None
         self.submitted: list[tuple] = []
+        self.submitted_at: dict = {}
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> dict:
@@ -136,6 +137,7 @@ class Demo:
                 raise RuntimeError(f"sbatch for {dj.name} failed: {r.stderr.strip()}")
             job_id = int(r.stdout.strip().split(";")[0])
             self.submitted.append((dj, job_id))
+            self.submitted_at[job_id] = time.time()
             self.out(f"submitted {dj.name} as {dj.user}: job {job_id} ({dj.template}, {dj.gpus} GPU(s), "
                      f"{dj.epochs} epochs)")
 
@@ -180,7 +182,7 @@ class Demo:
         slurm_jobs = {j.job_id: j for j in self.cluster.cli.squeue_jobs() if j.job_id in ids}
         reader = EventReader(self.store)
         progress = {j: summarize(reader.read_job(str(j)).events) for j in ids}
-        rows = S.job_rows(self.submitted, slurm_jobs, progress, self.num_gpus)
+        rows = S.job_rows(self.submitted, slurm_jobs, progress, self.num_gpus, self.submitted_at)
         real = S.aggregate(rows)
         sim = S.simulate_same(self.submitted, rows, self.num_gpus, self.round_seconds, dict(POLICY))
         return {"where": "slurm", "jobs": rows, "real": real, "simulated": sim, "deviation": S.deviation(real, sim),

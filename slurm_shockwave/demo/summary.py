@@ -8,19 +8,25 @@ from ..workload.jobs import JobSpec
 from ..workload.throughputs import ThroughputTable
 
 
-def job_rows(jobs, slurm_jobs: dict, progress: dict, num_gpus: int) -> list[dict]:
-    """One row per demo job: Slurm times and the events' epoch durations."""
+def job_rows(jobs, slurm_jobs: dict, progress: dict, num_gpus: int, submitted_at: dict | None = None) -> list[dict]:
+    """One row per demo job: submission time (ours: Slurm resets a requeued job's submit time), Slurm's end
+    time, and the events' epoch durations."""
     contention = max(1.0, len(jobs) / num_gpus)
-    t0 = min((s.submit_time for s in slurm_jobs.values() if s.submit_time), default=0)
+    submitted_at = dict(submitted_at or {})
+    for job_id, s in slurm_jobs.items():
+        if job_id not in submitted_at and s.submit_time:
+            submitted_at[job_id] = s.submit_time
+    t0 = min(submitted_at.values(), default=0)
     rows = []
     for dj, job_id in jobs:
         s, p = slurm_jobs.get(job_id), progress.get(job_id)
         durations = dict(p.epoch_duration_by_bs) if p else {}
         exclusive = sum(durations.get(bs, 0.0) for bs in (p.bs_per_epoch if p else ()))
         end = s.end_time if s and s.end_time else None
-        jct = (end - s.submit_time) if end and s.submit_time else None
+        sub = submitted_at.get(job_id)
+        jct = (end - sub) if end and sub else None
         rows.append({"job_id": job_id, "name": dj.name, "user": dj.user, "mode": dj.template, "gpus": dj.gpus,
-                     "state": s.state if s else "?", "submit": (s.submit_time - t0) if s and s.submit_time else None,
+                     "state": s.state if s else "?", "submit": (sub - t0) if sub else None,
                      "end": (end - t0) if end else None, "jct_s": jct,
                      "exclusive_s": exclusive or None,
                      "rho": jct / (exclusive * contention) if jct and exclusive else None,
