@@ -49,3 +49,22 @@ def test_outage_backs_off_then_recovers(tmp_path):
     mutating = [c for c in runner.calls if c[0] in ("scontrol", "scancel")]
     assert mutating == []                      # dry run: decided and logged, nothing enacted
     assert [c[0] for c in runner.calls[:2]] == ["squeue", "squeue"]   # no sinfo/scontrol after a failed read
+
+
+def test_gpus_of_unmanaged_running_jobs_are_not_planned(tmp_path):
+    from slurm_shockwave.slurmcli import parse_sinfo_json, parse_squeue_json
+    jobs = parse_squeue_json((DATA / "squeue_mixed.json").read_text())
+    nodes = parse_sinfo_json((DATA / "sinfo_busy.json").read_text())
+    cfg = config_from_dict({"controller": {"round_seconds": 0.2, "state_dir": str(tmp_path / "state"),
+                                           "event_store": str(tmp_path / "events"), "managed_by": "comment",
+                                           "partition": nodes[0].partitions[0], "dry_run": True},
+                            "policy": {"name": "fifo"}}, "test")
+    ctl = Controller(cfg, cli=SlurmCLI(runner=FlakySlurm(failures=0)))
+    try:
+        view = ctl.backend.observe()
+    finally:
+        ctl.close()
+    managed = {j.job_id for j in view.jobs}
+    foreign = sum(j.gpus for j in jobs if j.state == "RUNNING" and j.job_id not in managed)
+    assert foreign > 0, "the recording has unmanaged running jobs"
+    assert view.num_gpus == sum(n.gpus for n in nodes if n.available) - foreign

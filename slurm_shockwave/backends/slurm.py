@@ -89,6 +89,11 @@ class SlurmBackend(ClusterBackend):
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         capacity = sum(n.gpus for n in nodes if n.available and (not self.cfg.partition or
                                                                   self.cfg.partition in n.partitions))
+        # GPUs held by jobs we do not manage (other users' plain jobs in the partition) are not ours to plan
+        managed_ids = {j.job_id for j, _ in managed}
+        foreign = sum(j.gpus for j in jobs if j.state == "RUNNING" and j.job_id not in managed_ids and
+                      (not self.cfg.partition or self.cfg.partition in (j.partition or "").split(",")))
+        capacity = max(0, capacity - foreign)
         self._poll_events({str(j.job_id): j.user_id for j, _ in managed})
         views, self._observed, self._restarts = [], {}, {}
         for j, marker in managed:
