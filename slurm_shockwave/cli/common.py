@@ -19,4 +19,4 @@ def emit_json(data) -> None:
 
 def console():
     from rich.console import Console
-    return Console(file=sys.stdout, width=max(100, Console().width))
+    return Console(file=sys.stdout, width=max(140, Console().width))
