@@ -44,11 +44,13 @@ def up(root, nodes, gpus_per_node, as_json):
 def down(root, as_json):
     """Stop exactly the daemons `up` started (by their pid files)."""
     from ..localcluster import LocalCluster
-    stopped = LocalCluster(root).down()
+    alive = LocalCluster(root).down()          # the pids still alive afterwards (normally none)
     if as_json:
-        emit_json({"stopped_pids": stopped})
+        emit_json({"root": root, "still_alive": alive})
+    elif alive:
+        raise OneLineError(f"daemons still alive after stopping: {alive}")
     else:
-        click.echo(f"stopped {len(stopped)} daemon(s)")
+        click.echo(f"cluster under {root} stopped; no daemon it started is left")
 
 
 @cluster.command()
