@@ -60,6 +60,8 @@ class SlurmBackend(ClusterBackend):
         self.enactor = Enactor(cli, state, dry_run=config.dry_run, metrics=metrics)
         self.round_index = state.next_round()
         self.signalled: dict = {int(k): v for k, v in state.get("signalled", {}).items()}
+        # the SiteFactor we last set per job (sprio does not list held jobs): loaded once, kept up to date
+        self._site_factor: dict[int, int] = state.last_values("site_factor")
         self._events: dict[str, list] = {}
         self._observed: dict[int, Observed] = {}
         self._restarts: dict[int, int] = {}
@@ -103,7 +105,7 @@ class SlurmBackend(ClusterBackend):
             self._restarts[j.job_id] = j.restart_count
             self._observed[j.job_id] = Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count,
                                                 j.site_factor if j.site_factor is not None else
-                                                self._last_site_factor(j.job_id), max(j.gpus, 1),
+                                                self._site_factor.get(j.job_id), max(j.gpus, 1),
                                                 progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
                                                 else None,
                                                 now - j.start_time if j.state == "RUNNING" and j.start_time else None)
@@ -133,6 +135,8 @@ class SlurmBackend(ClusterBackend):
                     self.signalled[j] = now
                 elif action.verb == "requeue_hold":
                     self.signalled.pop(j, None)
+                elif action.verb == "site_factor":
+                    self._site_factor[j] = int(action.value)
         for j in list(self.signalled):
             ob = self._observed.get(j)
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
@@ -156,10 +160,6 @@ class SlurmBackend(ClusterBackend):
             log.warning("event store unreadable: %s", e)
         for job_id in [k for k in self._events if k not in uids]:
             del self._events[job_id]
-
-    def _last_site_factor(self, job_id):
-        rows = self.state.actions(job_id=job_id, verb="site_factor", status="done", limit=1)
-        return int(rows[0]["value"]) if rows else None
 
     def _view(self, j, marker: dict, p, now: float) -> JobView:
         bs = p.batch_size or marker.get("bs") or 1

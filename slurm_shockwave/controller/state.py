@@ -138,6 +138,11 @@ class StateStore:
         q += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit else "")
         return [dict(r) for r in self.db.execute(q, args)]
 
+    def last_values(self, verb: str) -> dict[int, int]:
+        """{job: value of its latest done `verb` action} (e.g. the SiteFactor we last set), in one query."""
+        rows = self.db.execute("SELECT job_id, value FROM actions WHERE verb=? AND status='done' ORDER BY id", (verb,))
+        return {int(r["job_id"]): json.loads(r["value"]) for r in rows}
+
     def requeued_at(self, job_id, restart_count) -> bool:
         """Was a requeue of this job already issued at this restart count (intent or done)?"""
         row = self.db.execute("SELECT 1 FROM actions WHERE job_id=? AND verb='requeue_hold' AND restart_count=?"

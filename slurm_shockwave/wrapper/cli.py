@@ -166,25 +166,27 @@ class Runner:
             self._self_requeue()
         return code
 
-    def _all_epochs_reported(self) -> bool:
-        try:
-            from ..events.reader import EventReader
-            from ..events.summary import summarize
-            p = summarize(EventReader(self.ctx.store).read_job(self.ctx.job_id).events)
-        except Exception:  # noqa: BLE001
-            return False
-        return p.total_epochs is not None and p.epochs_done >= p.total_epochs
-
-    def _training_finished(self) -> bool:
-        """Did the job finish its training?  False only when it stopped early to checkpoint: it reported a
-        checkpoint after the preemption signal and has not reported all its epochs (when it said how many)."""
+    def _own_events(self):
+        """(events, summary) of this job from the store, or None when they cannot be read."""
         try:
             from ..events.reader import EventReader
             from ..events.summary import summarize
             events = EventReader(self.ctx.store).read_job(self.ctx.job_id).events
-            p = summarize(events)
-        except Exception:  # noqa: BLE001 - never requeue blindly
-            return True
+            return events, summarize(events)
+        except Exception:  # noqa: BLE001 - the callers decide what an unreadable store means
+            return None
+
+    def _all_epochs_reported(self) -> bool:
+        got = self._own_events()
+        return got is not None and got[1].total_epochs is not None and got[1].epochs_done >= got[1].total_epochs
+
+    def _training_finished(self) -> bool:
+        """Did the job finish its training?  False only when it stopped early to checkpoint: it reported a
+        checkpoint after the preemption signal and has not reported all its epochs (when it said how many)."""
+        got = self._own_events()
+        if got is None:
+            return True                                  # never requeue blindly
+        events, p = got
         if p.total_epochs is not None and p.epochs_done >= p.total_epochs:
             return True
         signalled = [e.ts for e in events if e.kind == "signal" and e.signal == int(self.ckpt_sig)
