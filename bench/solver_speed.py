@@ -1,17 +1,25 @@
-"""Speed of the Shockwave policy (issue 3), written to docs/performance.md.
+"""Speed of the Shockwave policy (issues 3, 12), written to docs/performance.md.
 
-    .venv/bin/python bench/solver_speed.py            # ~3-5 min on 2 cores
+    .venv/bin/python bench/solver_speed.py [--before DIR] [--skip-900]
 
-1. The full 120-job simulation with Shockwave, and the max-min fairness baseline in the same process
-   (the ratio is what to compare across machines).
+DIR holds an older tree's ``solver/`` and ``slurm_shockwave/`` (e.g. ``mkdir DIR && git archive <rev> solver
+slurm_shockwave | tar -x -C DIR``); it is timed in the same run, alternating with the current tree, so the ratio
+holds whatever else the machine is doing (the load average is recorded with every section).
+
+1. The full 120-job simulation with Shockwave (each tree in a fresh subprocess, alternating, 2 runs each).
 2. One window solve (a fresh policy's first decide(): predictor + program + packing) on synthetic job sets:
-   jobs from 100 to 5,000, GPUs = jobs x 256/900, window W in {10, 20, 40}; median of 3.
+   jobs from 100 to 5,000, GPUs = jobs x 256/900, window W in {10, 20, 40}; median of 3 (and the old tree
+   at W=20 for 900 and 5,000 jobs).
+3. Every re-solve of the full bundled 900-job / 256-GPU simulation: status (time limit reached or not), times.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import platform
-import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,66 +27,175 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy  # noqa: E402
-from solver.types import ClusterView, JobView  # noqa: E402
-from slurm_shockwave.data_files import experiment_paths  # noqa: E402
-from slurm_shockwave.simulate import run_simulation  # noqa: E402
+SIM_120 = r"""
+import json, sys, time
+from slurm_shockwave.data_files import experiment_paths
+from slurm_shockwave.simulate import run_simulation
+from solver.policies.shockwave import ShockwaveConfig
+p = experiment_paths("tacc_32gpus")
+cfg = ShockwaveConfig.from_dict(json.loads(sys.argv[1]))
+r = run_simulation(p["trace"], p["throughputs"], 32, "shockwave", policy_config=cfg)
+m = r.metrics
+print(json.dumps({"wall": r.wall_seconds, "decide": r.decide_seconds, "rounds": r.rounds,
+                  "makespan": m.makespan, "avg_jct": m.avg_jct, "worst_rho": m.worst_rho,
+                  "unfair": m.unfair_fraction}))
+"""
 
-
-def synthetic_view(n: int, gpus: int, seed: int) -> ClusterView:
-    rng = random.Random(seed)
-    jobs = []
-    for i in range(n):
-        bs = rng.choice([16, 32, 64])
-        total = rng.randint(5, 150)
-        done = rng.randint(0, total - 1)
-        d = rng.uniform(20, 400)
-        hist = tuple(bs if e < done * 0.7 else bs * 2 for e in range(done))
-        jobs.append(JobView(job_id=i, arrival_time=rng.uniform(0, 4000), num_gpus=rng.choice([1, 1, 1, 2, 2, 4, 8]),
-                            batch_size=hist[-1] if hist else bs, epochs_done=done, total_epochs=total,
-                            samples_per_epoch=50000, steps_done=0, total_steps=1, throughput=1.0,
-                            epoch_duration_by_bs={bs: d, bs * 2: d * 0.8}, bs_history=hist,
-                            min_batch_size=bs, max_batch_size=bs * 4, weight=rng.choice([1.0, 1.0, 2.0])))
-    return ClusterView(now=5000.0, round_index=40, round_length=120.0, num_gpus=gpus, jobs=tuple(jobs))
-
-
-def one_solve(n, gpus, window, seed):
-    pol = ShockwavePolicy(ShockwaveConfig(future_rounds=window))
+ONE_SOLVE = r"""
+import json, sys, time, statistics
+sys.path.insert(0, sys.argv[2])
+from solver_speed_views import synthetic_view
+from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
+n, gpus, w, cfg = json.loads(sys.argv[1])
+out = []
+for seed in range(3):
+    cfgd = dict(cfg); cfgd["future_rounds"] = w
+    pol = ShockwavePolicy(ShockwaveConfig.from_dict(cfgd))
     view = synthetic_view(n, gpus, seed)
     t0 = time.perf_counter()
     d = pol.decide(view)
-    return time.perf_counter() - t0, d.info.get("solve_time_s", float("nan")), d.info.get("path")
+    out.append([time.perf_counter() - t0, d.info.get("solver_status", d.info.get("path"))])
+print(json.dumps(out))
+"""
 
 
-def main():
-    lines = ["# Performance", "", f"Machine: {platform.machine()}, {platform.python_version()}, "
-             f"{time.strftime('%Y-%m-%d')}; 2 cores.  Made by `.venv/bin/python bench/solver_speed.py`.", ""]
-    p = experiment_paths("tacc_32gpus")
-    cfg = ShockwaveConfig.from_file(p["config"])
-    sw = run_simulation(p["trace"], p["throughputs"], 32, "shockwave", policy_config=cfg)
-    mm = run_simulation(p["trace"], p["throughputs"], 32, "max_min_fairness")
-    lines += ["## Full simulation: 120 jobs, 32 GPUs (target: Shockwave <= 20 s; the reference takes 665 s)", "",
-              "| policy | wall s | rounds | time deciding s |", "|---|---|---|---|",
-              f"| shockwave | {sw.wall_seconds:.1f} | {sw.rounds} | {sw.decide_seconds:.1f} |",
-              f"| max_min_fairness | {mm.wall_seconds:.2f} | {mm.rounds} | {mm.decide_seconds:.2f} |", "",
-              f"Ratio shockwave / max-min in the same process: {sw.wall_seconds / mm.wall_seconds:.0f}x; "
-              f"against the reference's 665 s: {665 / sw.wall_seconds:.0f}x faster.", ""]
+def loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split(" ")[0:3].__str__().replace("'", "")
+    except OSError:
+        return "n/a"
+
+
+def run_in(tree: Path, code: str, *args) -> dict | list:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                         cwd=str(tree), check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def current_config() -> dict:
+    from solver.policies.shockwave import ShockwaveConfig
+    return {k: v for k, v in ShockwaveConfig().to_dict().items() if v is not None}
+
+
+def section_120(before: Path | None, lines: list) -> None:
+    cfg_now = json.dumps(current_config())
+    # the old tree ran this trace with its tuned file (lambda 25, k 1e-4)
+    cfg_old = json.dumps({"lambda": 25.0, "k": 1e-4})
+    la0 = loadavg()
+    runs = {"current": [], "before": []}
+    for _ in range(2):
+        if before is not None:
+            runs["before"].append(run_in(before, SIM_120, cfg_old))
+        runs["current"].append(run_in(ROOT, SIM_120, cfg_now))
+    la1 = loadavg()
+    lines += ["## Full simulation: 120 jobs, 32 GPUs", "",
+              f"Each tree in a fresh process, alternating, 2 runs each (load average {la0} at the start, {la1} at "
+              "the end).  Wall = the whole simulation; decide = time inside the policy.", "",
+              "| tree | config | wall s (median) | decide s | rounds | makespan s | avg JCT s | worst rho | unfair % |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    med = {}
+    for name, cfg in (("before", cfg_old), ("current", cfg_now)):
+        rs = runs[name]
+        if not rs:
+            continue
+        med[name] = statistics.median(r["wall"] for r in rs)
+        r = rs[-1]
+        lines.append(f"| {name} | `{cfg}` | {med[name]:.2f} | {statistics.median(x['decide'] for x in rs):.2f} | "
+                     f"{r['rounds']} | {r['makespan']:,.0f} | {r['avg_jct']:,.0f} | {r['worst_rho']:.3f} | "
+                     f"{r['unfair']:.2f} |")
+    if "before" in med:
+        lines += ["", f"Ratio current / before (same run): **{med['current'] / med['before']:.2f}** (target <= 0.5)."]
+    lines.append("")
     print("\n".join(lines[-8:]), flush=True)
+
+
+def section_solves(before: Path | None, lines: list) -> None:
+    cfg = current_config()
+    la0 = loadavg()
     lines += ["## One window solve (fresh policy: predictor + program + packing), median of 3", "",
-              "Targets: 900 jobs / 256 GPUs <= 0.5 s; 5,000 jobs / 2,048 GPUs <= 5 s.", "",
-              "| jobs | GPUs | W=10 s | W=20 s | W=40 s |", "|---|---|---|---|---|"]
+              "Targets: 5,000 jobs / 2,048 GPUs median <= 3 s (W=20).", "",
+              "| jobs | GPUs | W=10 s | W=20 s | W=40 s | before, W=20 s |", "|---|---|---|---|---|---|"]
+    bench_dir = str(ROOT / "bench")
     for n, gpus in ((100, 28), (250, 71), (500, 142), (900, 256), (2000, 569), (5000, 2048)):
         cells = []
         for w in (10, 20, 40):
-            runs = [one_solve(n, gpus, w, seed) for seed in range(3)]
+            runs = run_in(ROOT, ONE_SOLVE, json.dumps([n, gpus, w, cfg]), bench_dir)
             cells.append(f"{statistics.median(r[0] for r in runs):.3f}")
-            print(n, gpus, w, [f"{r[0]:.3f}/{r[2]}" for r in runs], flush=True)
-        lines.append(f"| {n} | {gpus} | " + " | ".join(cells) + " |")
+            print(n, gpus, w, runs, flush=True)
+        old = "-"
+        if before is not None and n in (900, 5000):
+            oldcfg = {"lambda": 25.0, "k": 1e-4}
+            runs = run_in(before, ONE_SOLVE, json.dumps([n, gpus, 20, oldcfg]), bench_dir)
+            old = f"{statistics.median(r[0] for r in runs):.3f}"
+            print("before", n, gpus, runs, flush=True)
+        lines.append(f"| {n} | {gpus} | " + " | ".join(cells) + f" | {old} |")
+    lines += ["", f"Load average {la0} at the start, {loadavg()} at the end.", ""]
+
+
+def section_900(lines: list) -> None:
+    from slurm_shockwave.data_files import experiment_paths
+    from slurm_shockwave.simulate import run_simulation
+    from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
+    p = experiment_paths("scale_256gpus")
+    solves = []
+    decide = ShockwavePolicy.decide
+
+    def recording(self, view):
+        d = decide(self, view)
+        if d.info.get("path") == "solved":
+            solves.append((len(view.jobs), d.info.get("solve_time_s", 0.0), d.info.get("solver_status", "")))
+        return d
+    la0 = loadavg()
+    ShockwavePolicy.decide = recording
+    try:
+        r = run_simulation(p["trace"], p["throughputs"], 256, "shockwave", policy_config=ShockwaveConfig())
+    finally:
+        ShockwavePolicy.decide = decide
+    times = sorted(s[1] for s in solves)
+    limit = ShockwaveConfig().solver_timeout
+    hit = sum(1 for s in solves if s[2] == "time_limit")
+    statuses = {}
+    for s in solves:
+        statuses[s[2]] = statuses.get(s[2], 0) + 1
+    m = r.metrics
+    lines += ["## Window solves on the bundled 900-job trace (256 GPUs, default config)", "",
+              f"Full simulation: wall {r.wall_seconds:.0f} s, {r.rounds} rounds, {len(solves)} re-solves with up to "
+              f"{max(s[0] for s in solves)} active jobs (load average {la0} at the start, {loadavg()} at the end).",
+              f"Solve time: median {statistics.median(times):.2f} s, 90th percentile {times[int(0.9 * len(times))]:.2f} s, "
+              f"maximum {times[-1]:.2f} s; solves that reached the {limit:.0f} s time limit: **{hit}**; "
+              f"statuses: {statuses}.",
+              f"Result: makespan {m.makespan:,.0f} s, avg JCT {m.avg_jct:,.0f} s, worst rho {m.worst_rho:.3f}, "
+              f"unfair {m.unfair_fraction:.2f}%.", ""]
+    print("\n".join(lines[-5:]), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", type=Path, default=None, help="an older tree (solver/ + slurm_shockwave/)")
+    ap.add_argument("--skip-900", action="store_true")
+    ap.add_argument("--only", choices=["120", "solves", "900"], default=None)
+    a = ap.parse_args()
+    lines = ["# Performance", "", f"Machine: {platform.machine()}, {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}; {os.cpu_count()} cores, shared with other work: every comparison "
+             "below is a ratio within one run.  Made by `.venv/bin/python bench/solver_speed.py "
+             f"{'--before DIR' if a.before else ''}`.", ""]
+    if a.only in (None, "120"):
+        section_120(a.before, lines)
+    if a.only in (None, "solves"):
+        section_solves(a.before, lines)
+    if a.only in (None, "900") and not a.skip_900:
+        section_900(lines)
     perf = ROOT / "docs" / "performance.md"
     old = perf.read_text() if perf.exists() else ""
-    ours = ("Full simulation", "One window solve")       # the sections this script writes; keep the others
+    ours = ("Full simulation", "One window solve", "Window solves on")
     keep = "".join("\n## " + sec for sec in old.split("\n## ")[1:] if not sec.startswith(ours))
-    perf.write_text("\n".join(lines) + "\n" + keep)
+    ours_old = "".join("\n## " + sec for sec in old.split("\n## ")[1:] if sec.startswith(ours))
+    new = "\n".join(lines) + "\n"
+    if a.only is not None:          # keep the sections of ours that this run did not redo
+        done = {"120": "Full simulation", "solves": "One window solve", "900": "Window solves on"}[a.only]
+        new += "".join("\n## " + sec for sec in ours_old.split("\n## ")[1:] if not sec.startswith(done))
+    perf.write_text(new + keep)
     print(f"wrote {perf}")
 
 

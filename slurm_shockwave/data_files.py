@@ -13,18 +13,19 @@ REFERENCE_RESULTS = DATA / "reference_results"
 # short names of the reference experiments: trace, throughputs, GPUs, Shockwave config, profile
 EXPERIMENTS = {
     "tacc_32gpus": ("120_0.2_5_100_40_25_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace",
-                    "tacc_throughputs.json", 32, "tuned/tacc_32gpus.json", "profile_120jobs_tacc_32gpus.json"),
+                    "tacc_throughputs.json", 32, "tacc_32gpus.json", "profile_120jobs_tacc_32gpus.json"),
     "scale_64gpus": ("220_0.2_5_100_25_4_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace",
                      "wisr_throughputs.json", 64, "scale_64gpus.json", "profile_220jobs_scale_64gpus.json"),
     "scale_256gpus": ("900_0.2_5_1000_5_15_0,0.5,0.5_0.6,0.3,0.09,0.01_multigpu_dynamic.trace",
-                      "wisr_throughputs.json", 256, "tuned/scale_256gpus.json", "profile_900jobs_scale_256gpus.json"),
+                      "wisr_throughputs.json", 256, "scale_256gpus.json", "profile_900jobs_scale_256gpus.json"),
 }
 DEFAULT_EXPERIMENT = "tacc_32gpus"
 
 
 def experiment_paths(name: str) -> dict:
-    """Paths of a bundled experiment.  `config` is the Shockwave config we run it with (ours where we tuned
-    it, under configs/tuned/), `reference_config` the reference's own."""
+    """Paths of a bundled experiment.  `config` and `reference_config` are both the reference's own Shockwave
+    config for it (data for reproducing the reference only: `simulate` and the controller use the one
+    built-in configuration, ShockwaveConfig())."""
     trace, thr, gpus, config, profile = EXPERIMENTS[name]
     return {"trace": TRACES / trace, "throughputs": THROUGHPUTS / thr, "gpus": gpus,
             "config": CONFIGS / config, "reference_config": CONFIGS / Path(config).name,

@@ -103,28 +103,25 @@ def regime_durations(job: JobView, regimes: Iterable[int]) -> dict[int, float]:
     return out
 
 
-def dirichlet_remaining(
-    total_epochs: int,
-    epochs_done: int,
-    observed: list[int],
-    prior: Mapping[int, float],
-    durations: Mapping[int, float],
-) -> Prediction:
-    """The reference's posterior arithmetic (JobMetaData.dirichlet_posterior_remaining_runtime), verbatim maths.
+def _posterior(total_epochs: int, epochs_done: int, counts: Mapping[int, int], prior: Mapping[int, float],
+               durations: Mapping[int, float]) -> Prediction:
+    """The reference's posterior arithmetic on per-regime counts of the observed epochs.
 
-    ``observed``: batch sizes of epochs 0..e (the current epoch included); ``prior``: alpha per regime.
+    Subtracting 1 from ``rebased[b]`` once per observed epoch while it is >= 1 (the reference's loop) removes
+    ``min(count_b, floor(rebased[b]))``: O(regimes), not O(epochs).
     """
     E = int(total_epochs)
     alpha = {b: float(a) for b, a in prior.items()}
-    for b in observed:
-        alpha[b] = alpha.get(b, 0.0) + 1.0
+    for b, n in counts.items():
+        alpha[b] = alpha.get(b, 0.0) + n
     conc = sum(alpha.values())
     if E <= 0 or conc <= 0:
         return Prediction(1.0, {}, alpha, dict(durations))
     rebased = {b: E * a / conc for b, a in alpha.items()}
-    for b in observed:
-        if rebased[b] >= 1:
-            rebased[b] -= 1
+    for b, n in counts.items():
+        v = rebased[b]
+        if v >= 1:
+            rebased[b] = v - min(n, math.floor(v))
     R = E - int(epochs_done)
     inflated = int(sum(rebased.values()) + 1)
     if inflated < R:
@@ -140,24 +137,88 @@ def dirichlet_remaining(
     return Prediction(remaining * scale, regimes, alpha, dict(durations))
 
 
-def predict_remaining(job: JobView, support: Iterable[int] | None = None) -> Prediction:
+def dirichlet_remaining(
+    total_epochs: int,
+    epochs_done: int,
+    observed: list[int],
+    prior: Mapping[int, float],
+    durations: Mapping[int, float],
+) -> Prediction:
+    """The reference's posterior arithmetic (JobMetaData.dirichlet_posterior_remaining_runtime), verbatim maths.
+
+    ``observed``: batch sizes of epochs 0..e (the current epoch included); ``prior``: alpha per regime.
+    """
+    counts: dict[int, int] = {}
+    for b in observed:
+        counts[b] = counts.get(b, 0) + 1
+    return _posterior(total_epochs, epochs_done, counts, prior, durations)
+
+
+class RegimeSummary:
+    """Per-job running summary of the completed epochs: count per batch size, updated in O(1) per new epoch.
+
+    ``update(job)`` reads only the epochs of ``bs_history`` it has not seen yet (history padded with the current
+    batch size when not reported, as ``observed_batch_sizes``).  If the history shrinks or changes under it (a
+    requeued job re-reporting), it rebuilds from scratch.
+    """
+
+    __slots__ = ("done", "counts", "last")
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.counts: dict[int, int] = {}
+        self.last: int | None = None     # batch size of the last counted epoch (consistency check)
+
+    def update(self, job: JobView) -> "RegimeSummary":
+        done = max(0, int(job.epochs_done))
+        hist = job.bs_history
+        if done < self.done or (self.done and self.done <= len(hist) and int(hist[self.done - 1]) != self.last):
+            self.done, self.counts, self.last = 0, {}, None
+        cur = int(job.batch_size)
+        for e in range(self.done, done):
+            b = int(hist[e]) if e < len(hist) else cur
+            self.counts[b] = self.counts.get(b, 0) + 1
+            self.last = b
+        self.done = done
+        return self
+
+    def observed_counts(self, job: JobView) -> dict[int, int]:
+        """Counts of epochs 0..e, the current epoch included (``observed_batch_sizes`` as counts)."""
+        out = dict(self.counts)
+        if self.done < job.total_epochs or not out:
+            b = int(job.batch_size)
+            out[b] = out.get(b, 0) + 1
+        return out
+
+
+def predict_remaining(job: JobView, support: Iterable[int] | None = None,
+                      summary: RegimeSummary | None = None) -> Prediction:
     """Predicted remaining exclusive run time of ``job``.
 
     ``support``: optional explicit regime set (reference behaviour: symmetric prior E/|support|).  By default the
-    support is learned from the job's reports (module docstring).
+    support is learned from the job's reports (module docstring).  ``summary``: the job's running
+    ``RegimeSummary`` (kept by the caller between rounds); without it the history is read in full.
     """
-    observed = observed_batch_sizes(job)
+    if summary is None:
+        summary = RegimeSummary()
+    counts = summary.update(job).observed_counts(job)
     E = max(int(job.total_epochs), 1)
+    obs = sorted(counts)
     if support is not None:
-        regs = sorted(set(int(b) for b in support) | set(observed))
+        regs = sorted(set(int(b) for b in support) | set(obs))
         prior = {b: E / len(regs) for b in regs}
     else:
-        obs, cands = candidate_regimes(job, observed)
+        obs, cands = candidate_regimes(job, obs)
         mass = len(obs) + UNOBSERVED_PRIOR_MASS * len(cands)
         prior = {b: E / mass for b in obs}
         prior.update({b: E * UNOBSERVED_PRIOR_MASS / mass for b in cands})
     durations = regime_durations(job, prior.keys())
-    return dirichlet_remaining(E, job.epochs_done, observed, prior, durations)
+    return _posterior(E, job.epochs_done, counts, prior, durations)
+
+
+def done_duration_from_summary(summary: RegimeSummary, durations: Mapping[int, float]) -> float:
+    """Profiled duration of the completed epochs from the running counts: O(regimes)."""
+    return float(sum(n * durations[b] for b, n in summary.counts.items()))
 
 
 def done_epochs_duration(job: JobView, durations: Mapping[int, float] | None = None) -> float:

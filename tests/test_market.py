@@ -91,11 +91,35 @@ def test_objective_value_consistent_with_milp_encoding():
     rng = random.Random(7)
     jobs, raw = rand_jobs(rng, 6, 5, 120.0, gangs=(1, 2))
     prob = WindowProblem(jobs, 4, 5, 120.0, 1e-3)
-    c, A, rl, ru, lb, ub, integ = build_milp(prob)
-    assert A.shape[1] == 2 * len(jobs) + 1
+    c, A, rl, ru, lb, ub, integ, const = build_milp(prob)
+    assert A.shape[1] == len(jobs) + sum(j.nmax for j in jobs) + 1
     sol = solve_window(prob, HighsBackend(), **EXACT)
     assert is_count_feasible(prob, sol.counts)
     assert sol.objective == pytest.approx(objective_value(prob, sol.counts))
+    # the encoding's objective at the solution (y filled in order) is the program's objective
+    x = np.zeros(len(c))
+    N, off = len(jobs), 0
+    for i, j in enumerate(jobs):
+        n = sol.counts[j.job_id]
+        x[i] = n
+        x[N + off: N + off + n] = 1.0
+        off += j.nmax
+    x[-1] = max([0.0] + [max(j.remaining - prob.round_length * sol.counts[j.job_id], j.floor) for j in jobs])
+    assert -(c @ x) - const == pytest.approx(sol.objective)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lp_first_rounding_is_within_the_gap_of_the_exact_program(seed, monkeypatch):
+    """Large programs take the LP relaxation's rounding when it is certified within the gap."""
+    import solver.market.program as program
+    rng = random.Random(100 + seed)
+    jobs, _ = rand_jobs(rng, 40, 10, 120.0, gangs=(1, 2, 4))
+    prob = WindowProblem(jobs, 16, 10, 120.0, 1e-4)
+    exact = solve_window(prob, HighsBackend(), **EXACT)
+    monkeypatch.setattr(program, "LP_FIRST_MIN_JOBS", 1)
+    fast = solve_window(prob, HighsBackend(), time_limit=30, rel_gap=1e-3)
+    assert is_count_feasible(prob, fast.counts)
+    assert fast.objective >= exact.objective - 1e-3 * max(abs(exact.objective), 1e-9) - 1e-9
 
 
 @pytest.mark.parametrize("seed", range(40))

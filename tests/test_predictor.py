@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import math
 import random
 
@@ -139,3 +140,45 @@ def test_finished_and_degenerate_jobs():
     assert predict_remaining(j).remaining_s == 1.0     # the reference's sentinel for "nothing left"
     j = job(32, 0, 1, durations={32: 5.0})
     assert math.isfinite(predict_remaining(j).remaining_s)
+
+
+class CountingHistory(tuple):
+    """A bs_history that counts the epochs read through indexing."""
+    reads = 0
+
+    def __getitem__(self, i):
+        CountingHistory.reads += 1
+        return tuple.__getitem__(self, i)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_regime_summary_is_incremental_and_matches_full_recompute(seed):
+    from solver.predictor import RegimeSummary
+    rng = random.Random(seed)
+    E = rng.randint(20, 80)
+    sizes = [32, 64, 128]
+    hist = []
+    summ = RegimeSummary()
+    durations = {32: 10.0, 64: 7.0, 128: 5.5}
+    for e in range(E):
+        bs = rng.choice(sizes)
+        CountingHistory.reads = 0
+        j = job(bs, e, E, hist=None, durations=durations, max_bs=256)
+        j = dataclasses.replace(j, bs_history=CountingHistory(hist))
+        fast = predict_remaining(j, summary=summ)
+        assert CountingHistory.reads <= 2          # only the new epoch (and a consistency check)
+        full = predict_remaining(dataclasses.replace(j, bs_history=tuple(hist)))
+        assert fast.remaining_s == pytest.approx(full.remaining_s, rel=1e-12)
+        assert fast.posterior_alpha == pytest.approx(full.posterior_alpha)
+        hist.append(bs)
+
+
+def test_regime_summary_rebuilds_when_history_changes():
+    from solver.predictor import RegimeSummary
+    summ = RegimeSummary()
+    j = job(64, 3, 10, hist=[32, 32, 64], durations={32: 10.0, 64: 6.0})
+    predict_remaining(j, summary=summ)
+    assert summ.counts == {32: 2, 64: 1}
+    j2 = job(64, 2, 10, hist=[64, 64], durations={32: 10.0, 64: 6.0})     # requeued: history restarted
+    assert predict_remaining(j2, summary=summ).remaining_s == pytest.approx(predict_remaining(j2).remaining_s)
+    assert summ.counts == {64: 2}

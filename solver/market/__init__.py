@@ -1,6 +1,6 @@
 """Shockwave's market: the window program, its solver backends, plan construction and fair-share targets."""
 from solver.market.backends import BackendResult, GurobiBackend, HighsBackend, make_backend
-from solver.market.fairshare import (FairShareTracker, momentum_average, priority_weight, rho_hat,
+from solver.market.fairshare import (FairShareTracker, gpu_share, momentum_average, priority_weight, rho_hat,
                                      uniform_share)
 from solver.market.plan import backfill, max_min_round, pack_rounds
 from solver.market.program import (REFERENCE_BASES, WindowJob, WindowProblem, WindowSolution, build_milp,
@@ -9,7 +9,7 @@ from solver.market.program import (REFERENCE_BASES, WindowJob, WindowProblem, Wi
 
 __all__ = [
     "BackendResult", "GurobiBackend", "HighsBackend", "make_backend",
-    "FairShareTracker", "momentum_average", "priority_weight", "rho_hat", "uniform_share",
+    "FairShareTracker", "gpu_share", "momentum_average", "priority_weight", "rho_hat", "uniform_share",
     "backfill", "max_min_round", "pack_rounds",
     "REFERENCE_BASES", "WindowJob", "WindowProblem", "WindowSolution", "build_milp", "is_count_feasible",
     "log_utility", "make_window_job", "objective_value", "solve_window",

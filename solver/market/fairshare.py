@@ -1,8 +1,12 @@
 """Fair-share finish-time estimates F-bar and the projected ratio rho-hat (notes 1.5, 1.6, 1.8).
 
-Whenever the set of active jobs changes, every active job gets a new estimate
-``FT_i = submit_i + (done_i + R_i) / s`` with ``s = min(1, G/N)`` (N counts jobs), appended to its series as
-``(round, FT_i)``.  The smoothed target is
+Whenever the set of active jobs changes, every active job gets a new estimate of its fair-share finish time
+**relative to its own arrival**, ``FT_i = (done_i + R_i) / s`` (the reference adds ``submit_i``: an absolute
+timestamp, which with Unix times makes rho-hat 1 + 1e-7 for every job), appended to its series as
+``(round, FT_i)``.  The policy uses the reference's share ``s = min(1, G/N)`` (N counts jobs, as the paper's rho
+does); ``gpu_share`` (``min(1, G / sum_j g_j)``, the equal time share when gangs count by their GPUs) is kept for
+comparison: as the target it made 36-44% of jobs unfair on generated traces (docs/performance.md), so gangs get
+their GPU-time through the market's weights instead (solver/policies/shockwave.py).  The smoothed target is
 
     F-bar_i = 0.9 * sum_j pi_j * FT_i^(j) + 0.1 * FT_i^(latest)
 
@@ -22,6 +26,14 @@ def uniform_share(num_gpus: int, num_jobs: int) -> float:
     if num_jobs <= 0:
         return 1.0
     return min(1.0, max(num_gpus, 1) / num_jobs)
+
+
+def gpu_share(num_gpus: int, gangs) -> float:
+    """GPU-weighted equal time share s = min(1, G / sum_j g_j) (``gangs``: GPUs of every active job)."""
+    demand = sum(max(int(g), 1) for g in gangs)
+    if demand <= 0:
+        return 1.0
+    return min(1.0, max(num_gpus, 1) / demand)
 
 
 def momentum_average(series: list, round_index: int, momentum: float = MOMENTUM) -> float:
@@ -86,11 +98,15 @@ class FairShareTracker:
                        for k, vals in dict(state.get("series", {})).items()}
 
 
-def rho_hat(now: float, remaining: float, share: float, fbar: float) -> float:
-    """Projected finish-time-fairness ratio (now + R/s) / F-bar."""
+def rho_hat(age: float, remaining: float, share: float, fbar: float) -> float:
+    """Projected finish-time-fairness ratio (age + R/s) / F-bar.
+
+    ``age``: seconds since the job's arrival; ``fbar``: its smoothed fair-share finish time, also relative to
+    its arrival.  Both relative, so the ratio does not depend on the clock's origin.
+    """
     if fbar is None or fbar <= 0:
         return 1.0
-    return (now + remaining / share) / fbar
+    return (max(age, 0.0) + remaining / share) / fbar
 
 
 def priority_weight(rho: float, remaining: float, round_length: float, rhomax: float, lam: float,

@@ -24,6 +24,7 @@ With unit gangs the program is exactly the reference's relaxed program.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,13 +34,23 @@ from scipy import sparse
 
 LOG_FLOOR = 1e-6
 REFERENCE_BASES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+# With at least this many jobs the LP relaxation is solved first and its rounding kept when it is certified
+# within the relative gap (solve_window); smaller programs go straight to the MILP, which is fast there.
+LP_FIRST_MIN_JOBS = 1
 MAX_SOLVER_WEIGHT = 1e8   # w_i is clipped here for the solver (rho^100 overflows); ranking uses log w
 
 
-def log_utility(x: np.ndarray, bases=None) -> np.ndarray:
-    """L(x): exact log floored at LOG_FLOOR, or the reference's PL interpolation through ``bases``."""
+def log_utility(x: np.ndarray, bases=None, offset: float = 0.0) -> np.ndarray:
+    """L(x): exact log floored at LOG_FLOOR, or the reference's PL interpolation through ``bases``.
+
+    ``offset`` > 0 (exact log only): ``log(x + offset)``, a utility whose first steps are not worth orders of
+    magnitude more than the last ones (with the 1e-6 floor a job's first round is worth ~12 nats and its last
+    epoch ~1/E nats, so nearly finished jobs always lose to new ones).
+    """
     x = np.clip(np.asarray(x, dtype=float), 0.0, 1.0)
     if bases is None:
+        if offset > 0:
+            return np.log(x + offset)
         return np.log(np.maximum(x, LOG_FLOOR))
     b = np.asarray(sorted(float(v) for v in bases), dtype=float)
     vals = np.log(np.maximum(b, LOG_FLOOR))
@@ -54,6 +65,7 @@ class WindowJob:
     utility: np.ndarray      # f_i(0..nmax_i)
     remaining: float         # R_i (s)
     floor: float             # R_i - (E_i - e_i) d_i : remaining time the window cannot remove
+    min_rounds: int = 0      # planned at least this many rounds (a finishing job: to completion)
 
     @property
     def nmax(self) -> int:
@@ -81,8 +93,12 @@ class WindowSolution:
 
 def make_window_job(job_id, gpus: int, weight: float, epochs_done: float, total_epochs: float,
                     mean_epoch_duration: float, remaining: float, rounds: int, round_length: float,
-                    bases=None) -> WindowJob:
-    """Utility table f(0..nmax) for one job (see module docstring)."""
+                    bases=None, offset: float = 0.0) -> WindowJob:
+    """Utility table f(0..nmax) for one job (see module docstring).
+
+    ``mean_epoch_duration``: the duration of the epochs still to run (the policy passes R-hat / epochs left, the
+    predicted regimes' durations); ``offset``: see ``log_utility``.
+    """
     E = max(float(total_epochs), 1e-9)
     e = min(max(float(epochs_done), 0.0), E)
     d = max(float(mean_epoch_duration), 1e-9)
@@ -91,7 +107,7 @@ def make_window_job(job_id, gpus: int, weight: float, epochs_done: float, total_
     nmax = max(nmax, 0)
     m = np.arange(nmax + 1, dtype=float)
     x = (e + np.minimum(round_length * m / d, left)) / E
-    f = log_utility(x, bases)
+    f = log_utility(x, bases, offset)
     w = float(min(max(weight, 0.0), MAX_SOLVER_WEIGHT))
     return WindowJob(job_id, int(gpus), w, f, float(remaining), float(remaining) - left * d)
 
@@ -131,76 +147,136 @@ def is_count_feasible(problem: WindowProblem, counts: dict) -> bool:
 
 
 def build_milp(problem: WindowProblem):
-    """Matrices for ``min c.x  s.t.  rl <= A x <= ru, lb <= x <= ub`` (x = [n, u, M]); plus integrality."""
+    """Matrices for ``min c.x  s.t.  rl <= A x <= ru, lb <= x <= ub``; plus integrality (and the constant).
+
+    x = [n (N, integer), y (sum_i nmax_i, in [0, 1]), M]: ``n_i = sum_m y_im`` and job i's utility is
+    ``f_i(0) + sum_m (f_i(m+1) - f_i(m)) y_im``.  f_i is concave, so an optimum fills each job's y in order and
+    this equals the hypograph of f_i at every integer n_i; the model has one row per job (not one per piece),
+    which HiGHS solves several times faster.  Returns (c, A, rl, ru, lb, ub, integ, const) where the program's
+    objective is ``-(c.x) - const``.
+    """
     jobs = problem.jobs
     N, W, D = len(jobs), problem.rounds, problem.round_length
-    nv = 2 * N + 1
-    iM = 2 * N
     scale = 1.0 / (N * W)
+    nm = np.array([j.nmax for j in jobs], dtype=np.int64)
+    off = np.concatenate([[0], np.cumsum(nm)]).astype(np.int64)
+    Y = int(off[-1])
+    nv = N + Y + 1
+    iM = N + Y
     c = np.zeros(nv)
     lb = np.zeros(nv)
     ub = np.zeros(nv)
     integ = np.zeros(nv, dtype=np.uint8)
     integ[:N] = 1
+    ub[:N] = nm
+    lb[:N] = [min(max(int(j.min_rounds), 0), j.nmax) for j in jobs]
+    ub[N:N + Y] = 1.0
+    const = 0.0
+    for i, j in enumerate(jobs):
+        if j.nmax:
+            c[N + off[i]: N + off[i + 1]] = -scale * j.weight * np.diff(j.utility)
+        const -= scale * j.weight * float(j.utility[0])
     g = np.array([j.gpus for j in jobs], dtype=float)
     c0 = max([0.0] + [j.floor for j in jobs])
-    rows, cols, vals, rl, ru = [], [], [], [], []
-    r = 0
-    for i, j in enumerate(jobs):
-        f = j.utility
-        c[N + i] = -scale * j.weight
-        ub[i] = j.nmax
-        lb[N + i], ub[N + i] = float(f[0]), float(f[-1])
-        # hypograph rows (merge collinear pieces)
-        slopes = np.diff(f)
-        prev = None
-        for m, s in enumerate(slopes):
-            if prev is not None and abs(s - prev) <= 1e-12 * max(1.0, abs(s)):
-                continue
-            prev = s
-            # u - s n <= f(m) - s m
-            rows += [r, r]
-            cols += [N + i, i]
-            vals += [1.0, -float(s)]
-            rl.append(-np.inf)
-            ru.append(float(f[m] - s * m))
-            r += 1
-        # M + D n >= R   (only if it can bind above c0)
-        if j.remaining > c0:
-            rows += [r, r]
-            cols += [iM, i]
-            vals += [1.0, D]
-            rl.append(float(j.remaining))
-            ru.append(np.inf)
-            r += 1
+    rows = [np.arange(N), np.repeat(np.arange(N), nm)]
+    cols = [np.arange(N), N + np.arange(Y)]
+    vals = [np.ones(N), -np.ones(Y)]
+    rl, ru = [np.zeros(N)], [np.zeros(N)]
+    r = N
+    rem = np.array([j.remaining for j in jobs], dtype=float)
+    bind = np.nonzero(rem > c0)[0]           # M + D n_i >= R_i only where it can bind above c0
+    kb = len(bind)
+    rows += [r + np.arange(kb), r + np.arange(kb)]
+    cols += [np.full(kb, iM), bind]
+    vals += [np.ones(kb), np.full(kb, float(D))]
+    rl.append(rem[bind])
+    ru.append(np.full(kb, np.inf))
+    r += kb
     for s, cap in capacity_classes(g, problem.num_gpus):
         idx = np.nonzero(g >= s)[0]
-        rows += [r] * len(idx)
-        cols += idx.tolist()
-        vals += g[idx].tolist()
-        rl.append(-np.inf)
-        ru.append(W * cap)
+        rows.append(np.full(len(idx), r))
+        cols.append(idx)
+        vals.append(g[idx])
+        rl.append(np.array([-np.inf]))
+        ru.append(np.array([W * cap]))
         r += 1
     c[iM] = problem.k
     lb[iM], ub[iM] = c0, np.inf
-    A = sparse.csr_array((vals, (rows, cols)), shape=(r, nv))
-    return c, A, np.array(rl), np.array(ru), lb, ub, integ
+    A = sparse.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nv))
+    return c, A, np.concatenate(rl), np.concatenate(ru), lb, ub, integ, const
+
+
+def _round_and_fill(problem: WindowProblem, x_n: np.ndarray) -> dict:
+    """Integer counts from an LP solution: round down (never over capacity), then add rounds greedily by
+    utility gain per GPU while every capacity class has room (adding a round never lowers the objective)."""
+    jobs = problem.jobs
+    W = problem.rounds
+    n = np.clip(np.floor(x_n + 1e-6), 0, [j.nmax for j in jobs]).astype(int)
+    for i, j in enumerate(jobs):
+        n[i] = max(n[i], min(int(j.min_rounds), j.nmax))
+    g = np.array([j.gpus for j in jobs])
+    classes = capacity_classes(g, problem.num_gpus)
+    room = {s: W * cap - float(np.sum((g * n)[g >= s])) for s, cap in classes}
+    sizes = [s for s, _ in classes]
+    def step_gain(i):
+        j = jobs[i]
+        return -j.weight * float(j.utility[n[i] + 1] - j.utility[n[i]]) / j.gpus
+
+    heap = [(step_gain(i), -j.remaining, i) for i, j in enumerate(jobs) if n[i] < j.nmax]
+    heapq.heapify(heap)
+    while heap:
+        _, neg_rem, i = heapq.heappop(heap)
+        gi = int(g[i])
+        if not all(room[s] >= gi for s in sizes if s <= gi):
+            continue
+        n[i] += 1
+        for s in sizes:
+            if s <= gi:
+                room[s] -= gi
+        if n[i] < jobs[i].nmax:
+            heapq.heappush(heap, (step_gain(i), neg_rem, i))
+    return {j.job_id: int(v) for j, v in zip(jobs, n)}
 
 
 def solve_window(problem: WindowProblem, backend, time_limit: float, rel_gap: float) -> WindowSolution:
-    """Build and solve; raises whatever the backend raises (the policy catches)."""
+    """Build and solve; raises whatever the backend raises (the policy catches).
+
+    With ``LP_FIRST_MIN_JOBS`` jobs or more, first the LP relaxation, rounded (``_round_and_fill``): the LP
+    optimum bounds the program's optimum, so when the rounded counts are within ``rel_gap`` of it they carry
+    the same guarantee as the MILP's answer (the LP leaves at most one fractional count per coupling row);
+    otherwise (and for smaller programs) the MILP itself, and the better of the two is kept.
+    """
     t0 = time.perf_counter()
     jobs = problem.jobs
     if not jobs:
         return WindowSolution({}, 0.0, "optimal", 0.0)
-    c, A, rl, ru, lb, ub, integ = build_milp(problem)
-    res = backend.solve(c, A, rl, ru, lb, ub, integ, time_limit=time_limit, rel_gap=rel_gap)
-    if res.x is None:
-        raise RuntimeError(f"window program: no solution ({res.status}: {res.message})")
-    n = np.rint(res.x[: len(jobs)]).astype(int)
-    counts = {j.job_id: int(min(max(v, 0), j.nmax)) for j, v in zip(jobs, n)}
-    if not is_count_feasible(problem, counts):
+    c, A, rl, ru, lb, ub, integ, const = build_milp(problem)
+    N = len(jobs)
+    best, status, gap, lp_bound = None, "", None, None
+    lp = None
+    if N >= LP_FIRST_MIN_JOBS:
+        lp = backend.solve(c, A, rl, ru, lb, ub, np.zeros_like(integ), time_limit=time_limit, rel_gap=rel_gap)
+    if lp is not None and lp.x is not None and lp.status == "optimal":
+        lp_bound = -float(np.dot(c, lp.x)) - const
+        counts = _round_and_fill(problem, np.asarray(lp.x[:N]))
+        if is_count_feasible(problem, counts):
+            obj = objective_value(problem, counts)
+            gap = (lp_bound - obj) / max(abs(lp_bound), abs(obj), 1e-9)
+            best, status = (counts, obj), "optimal_lp_rounded"
+    if best is None or gap is None or gap > rel_gap:
+        left = max(time_limit - (time.perf_counter() - t0), 0.05 * time_limit)
+        res = backend.solve(c, A, rl, ru, lb, ub, integ, time_limit=left, rel_gap=rel_gap)
+        if res.x is not None:
+            n = np.rint(res.x[:N]).astype(int)
+            counts = {j.job_id: int(min(max(v, 0), j.nmax)) for j, v in zip(jobs, n)}
+            if is_count_feasible(problem, counts):
+                obj = objective_value(problem, counts)
+                if best is None or obj > best[1]:
+                    best, status, gap = (counts, obj), res.status, res.mip_gap
+        elif best is None:
+            raise RuntimeError(f"window program: no solution ({res.status}: {res.message})")
+    if best is None:
         raise RuntimeError("window program: solver answer violates capacity")
-    obj = objective_value(problem, counts)
-    return WindowSolution(counts, obj, res.status, time.perf_counter() - t0, res.mip_gap,
-                          {"rows": A.shape[0], "cols": A.shape[1]})
+    counts, obj = best
+    return WindowSolution(counts, obj, status, time.perf_counter() - t0, gap,
+                          {"rows": A.shape[0], "cols": A.shape[1], "lp_bound": lp_bound})

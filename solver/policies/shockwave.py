@@ -1,134 +1,52 @@
 """The Shockwave policy: Bayesian regime prediction + a windowed Nash-social-welfare market (NSDI '23).
 
 What runs is the reference's relaxed program (notes 1.5): every re-solve plans a window of W rounds,
-maximising  (1/(N W)) sum_i w_i log(progress_i) - k max_i (predicted time left after the window),  with
-w_i = B_i * rho_i^lambda for jobs projected to finish later than their fair share (rho^100 for jobs about to
-finish), then orders the rounds by priority and backfills idle GPUs longest-remaining-first.  It re-solves on
+maximising  (1/(N W)) sum_i w_i g_i log(progress_i + a_i) - k max_i (predicted time left after the window),
+with w_i = B_i * rho_i^lambda for jobs projected to finish later than their fair share (rho^100 for jobs about
+to finish), then orders the rounds by priority and backfills idle GPUs longest-remaining-first.  It re-solves on
 arrivals, completions and every ``reopt_rounds`` rounds, and otherwise plays the cached plan.
+
+Where this departs from the reference (issue 12), each for a reason that does not depend on a trace:
+* Clock: every time the policy uses is relative to the job's own arrival (rho-hat = (age + R/s) / F-bar with
+  F-bar relative to arrival), so shifting the clock's origin changes nothing.
+* Gangs get their share in GPU-time: the welfare weight is multiplied by the gang size g_i, so the market's
+  equilibrium is an equal *time* share for every job (maximising sum_i g_i log x_i s.t. sum_i g_i x_i <= G
+  gives x_i = G / sum_j g_j: a g-GPU gang gets g times the GPU-time of a 1-GPU job) instead of an equal
+  GPU-time share that gives a gang 1/g of a 1-GPU job's time.  The fair-share *target* keeps the reference's
+  s = min(1, G/N): the paper's rho (JCT / (T_excl * N/G)) counts jobs, and a GPU-weighted target
+  s = min(1, G / sum_j g_j) puts every target later than the metric's: measured 36-44% unfair instead of
+  0-2.4% on three generated traces (docs/performance.md).
+* Utility: log(progress + a_i) with a_i = one epoch (1/E_i) instead of a 1e-6 floor: a job's first epoch is
+  worth log 2 nats and its last one ~1/E nats, not ~12 nats against ~1/E.
+* Planned progress uses the predictor's remaining time (the predicted batch-size regimes' epoch durations),
+  not the mean of past epochs; the finished part of the current epoch counts as done (the reference counts the
+  whole current epoch as still to do, a bias of up to one epoch).
+* Finishing jobs (all epochs reported, still running) are planned with their remaining time (counted as the
+  last half epoch), not given zero utility.
+* No starvation: a job that has not run for B = ``starvation_rounds`` rounds (default: twice the window, 2W) is put
+  first, longest-waiting first, head of line never skipped.  Bound (docs/performance.md): a job waits at most
+  B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (N active jobs, g_max the largest gang).
+* In-window order: jobs planned in every round first, then Smith's rule (w_i / n_i descending), which is the
+  exchange-optimal order for the reference's rank objective sum_i w_i * (mean round index of i).
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from dataclasses import dataclass, fields
 from typing import Mapping
 
 from solver.market.backends import make_backend
 from solver.market.fairshare import FairShareTracker, priority_weight, rho_hat, uniform_share
 from solver.market.plan import backfill, max_min_round, pack_rounds
 from solver.market.program import WindowProblem, make_window_job, solve_window
-from solver.predictor import done_epochs_duration, mean_past_epoch_duration, predict_remaining
-from solver.types import ClusterView, JobView, Policy, RoundDecision
+from solver.policies.shockwave_config import ShockwaveConfig
+from solver.predictor import RegimeSummary, done_duration_from_summary, predict_remaining
+from solver.types import ClusterView, Policy, RoundDecision
 
 log = logging.getLogger("solver.market")
 
-# Tuning knobs (module constants; measured on the 120-job trace, see the policy report):
-IN_EPOCH_CORRECTION = True   # subtract the finished part of the current epoch from R-hat (reference: ignores it)
-RHO_CLOCK = "now"            # rho-hat clock: "now" = view.now; "round" = round_index * round_length (reference)
-ORDER = "smith"              # in-window order: "smith" = w_i / n_i descending (the exchange-optimal order for the
-#                              reference's rank objective sum_i w_i * mean round index); "priority" = w_i descending
-
-
-@dataclass
-class ShockwaveConfig:
-    future_rounds: int = 20
-    k: float = 1e-3
-    lambda_: float = 12.0          # JSON key "lambda"
-    rhomax: float = 1.0
-    reopt_rounds: int = 8
-    solver: str = "highs"          # highs | gurobi
-    solver_timeout: float = 15.0
-    solver_rel_gap: float = 1e-3
-    solver_num_threads: int | None = None
-    # None: exact log at every integer round count; a list: the reference's piecewise-linear log through
-    # these bases (JSON key "log_bases"; the reference configs' "log_approximation_bases" is not applied).
-    log_bases: tuple | None = None
-
-    _JSON_KEYS = {"lambda": "lambda_"}
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        def bad(key, why):
-            raise ValueError(f"shockwave config: {key!r} {why}")
-
-        def num(key, attr, lo=None, lo_open=False, integer=False):
-            v = getattr(self, attr)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                bad(key, f"must be a finite number, got {v!r}")
-            if integer and int(v) != v:
-                bad(key, f"must be an integer, got {v!r}")
-            if lo is not None and (v <= lo if lo_open else v < lo):
-                bad(key, f"must be {'>' if lo_open else '>='} {lo}, got {v!r}")
-
-        num("future_rounds", "future_rounds", 1, integer=True)
-        num("k", "k", 0)
-        num("lambda", "lambda_", 0)
-        num("rhomax", "rhomax", 0, lo_open=True)
-        num("reopt_rounds", "reopt_rounds", 1, integer=True)
-        num("solver_timeout", "solver_timeout", 0, lo_open=True)
-        num("solver_rel_gap", "solver_rel_gap", 0)
-        if not isinstance(self.solver, str) or self.solver.lower() not in ("highs", "gurobi"):
-            bad("solver", f"must be 'highs' or 'gurobi', got {self.solver!r}")
-        if self.solver_num_threads is not None:
-            num("solver_num_threads", "solver_num_threads", 1, integer=True)
-        if self.log_bases is not None:
-            try:
-                b = sorted(float(x) for x in self.log_bases)
-            except (TypeError, ValueError):
-                bad("log_bases", "must be a list of numbers in [0, 1]")
-            if len(b) < 2 or b[0] != 0.0 or b[-1] != 1.0 or len(set(b)) != len(b):
-                bad("log_bases", "must be distinct numbers in [0, 1] including 0 and 1")
-            self.log_bases = tuple(b)
-        self.future_rounds = int(self.future_rounds)
-        self.reopt_rounds = int(self.reopt_rounds)
-        self.solver = self.solver.lower()
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "ShockwaveConfig":
-        if not isinstance(d, Mapping):
-            raise ValueError("shockwave config: must be a JSON object")
-        names = {f.name for f in fields(cls)}
-        kw = {}
-        for key, val in d.items():
-            attr = cls._JSON_KEYS.get(key, key)
-            if attr in names and not attr.startswith("_"):
-                kw[attr] = val
-        return cls(**kw)
-
-    @classmethod
-    def from_json(cls, path) -> "ShockwaveConfig":
-        try:
-            with open(path) as fh:
-                data = json.load(fh)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"shockwave config: cannot read {path}: {exc}".replace("\n", " ")) from None
-        return cls.from_dict(data)
-
-    @classmethod
-    def from_file(cls, path) -> "ShockwaveConfig":
-        """JSON, or TOML for a ``.toml`` file (optionally under a ``[shockwave]`` table)."""
-        if str(path).lower().endswith(".toml"):
-            import tomllib
-            try:
-                with open(path, "rb") as fh:
-                    data = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ValueError(f"shockwave config: cannot read {path}: {exc}".replace("\n", " ")) from None
-            if isinstance(data.get("shockwave"), dict):
-                data = data["shockwave"]
-            return cls.from_dict(data)
-        return cls.from_json(path)
-
-    def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["lambda"] = d.pop("lambda_")
-        if d["log_bases"] is not None:
-            d["log_bases"] = list(d["log_bases"])
-        return d
+__all__ = ["ShockwaveConfig", "ShockwavePolicy"]
 
 
 class ShockwavePolicy(Policy):
@@ -148,16 +66,19 @@ class ShockwavePolicy(Policy):
         self.last_solve_round: int | None = None
         self.last_solve_time = 0.0
         self.last_status = ""
+        self.summaries: dict[str, RegimeSummary] = {}   # per job: running regime counts (O(1) per new epoch)
+        self.last_ran: dict[str, int] = {}             # per job: last round it ran (or first seen - 1)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         return {
-            "version": 1,
+            "version": 2,
             "fairshare": self.fairshare.state_dict(),
             "known_jobs": sorted(self.known_jobs, key=str),
             "plan": [[r, list(ids)] for r, ids in sorted(self.plan.items())],
             "plan_meta": [[jid, dict(m)] for jid, m in self.plan_meta.items()],
             "last_solve_round": self.last_solve_round,
+            "last_ran": dict(self.last_ran),
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -167,6 +88,12 @@ class ShockwavePolicy(Policy):
         self.plan_meta = {jid: dict(m) for jid, m in state.get("plan_meta", [])}
         lsr = state.get("last_solve_round")
         self.last_solve_round = None if lsr is None else int(lsr)
+        self.last_ran = {str(k): int(v) for k, v in dict(state.get("last_ran", {})).items()}
+        self.summaries = {}
+        if int(state.get("version", 1)) < 2:
+            # version 1 kept F-bar as absolute times: start the targets again (relative to arrival)
+            self.fairshare = FairShareTracker()
+            self.known_jobs = set()
 
     # ------------------------------------------------------------------ decide
     def decide(self, view: ClusterView) -> RoundDecision:
@@ -182,34 +109,62 @@ class ShockwavePolicy(Policy):
 
     def _estimates(self, view: ClusterView) -> dict:
         est = {}
+        D = float(view.round_length)
         for j in view.jobs:
-            pred = predict_remaining(j)
-            dbar = mean_past_epoch_duration(j, pred.durations)
-            raw = max(pred.remaining_s, 0.0)
-            # partial progress inside the current epoch (the reference ignores it)
+            key = str(j.job_id)
+            summ = self.summaries.get(key)
+            if summ is None:
+                summ = self.summaries[key] = RegimeSummary()
+            pred = predict_remaining(j, summary=summ)
+            E = float(max(j.total_epochs, 1))
             frac = 0.0
             if j.total_steps > 0 and j.total_epochs > 0:
                 frac = min(max(j.total_epochs * j.steps_done / j.total_steps - j.epochs_done, 0.0), 1.0)
-            cur_d = pred.durations.get(int(j.batch_size), dbar)
-            rem = max(raw - frac * cur_d, 1e-3) if IN_EPOCH_CORRECTION else raw
-            est[j.job_id] = {"raw": raw, "remaining": rem, "dbar": dbar,
-                             "done": done_epochs_duration(j, pred.durations),
-                             "progress": min(j.epochs_done + frac, float(j.total_epochs))}
+            if j.epochs_done >= j.total_epochs and j.total_epochs > 0:
+                # finishing: all epochs reported, still running (evaluation, final checkpoint...)
+                left = j.steps_remaining / j.throughput if j.throughput > 0 and j.total_steps > 0 else 0.0
+                raw = rem = left if left > 0 else D / 2
+                progress = E - 0.5
+            else:
+                raw = max(pred.remaining_s, 0.0)
+                cur_d = pred.durations.get(int(j.batch_size))
+                if cur_d is None:
+                    cur_d = raw / max(E - j.epochs_done, 1.0)
+                rem = max(raw - frac * cur_d, 1e-3)
+                progress = min(j.epochs_done + frac, E - 0.5)
+            est[j.job_id] = {"raw": raw, "remaining": rem, "progress": progress, "epochs": E,
+                             "finishing": j.epochs_done >= j.total_epochs > 0,
+                             "done": done_duration_from_summary(summ, pred.durations)}
         return est
+
+    def _waited(self, jid, r: int) -> int:
+        return r - self.last_ran.get(str(jid), r - 1) - 1
 
     def _decide(self, view: ClusterView) -> RoundDecision:
         cfg = self.config
         r = int(view.round_index)
         ids = [j.job_id for j in view.jobs]
         active = set(ids)
+        for j in view.jobs:
+            key = str(j.job_id)
+            if key not in self.last_ran:
+                self.last_ran[key] = r - 1
+            elif j.ran_last_round:
+                self.last_ran[key] = max(self.last_ran[key], r - 1)
+        keys = {str(i) for i in ids}
+        for key in [k for k in self.last_ran if k not in keys]:
+            del self.last_ran[key]
+        for key in [k for k in self.summaries if k not in keys]:
+            del self.summaries[key]
         est = self._estimates(view)
-        share = uniform_share(view.num_gpus, len(ids))
+        share = uniform_share(view.num_gpus, len(view.jobs))
         changed = active != self.known_jobs
         missing = [j for j in view.jobs if not self.fairshare.has(j.job_id)]
         if changed or missing:
             targets = view.jobs if changed else missing
-            self.fairshare.reestimate(r, {j.job_id: j.arrival_time + (est[j.job_id]["done"] + est[j.job_id]["raw"])
-                                          / share for j in targets})
+            # fair-share finish time relative to the job's own arrival
+            self.fairshare.reestimate(r, {j.job_id: (est[j.job_id]["done"] + est[j.job_id]["raw"]) / share
+                                          for j in targets})
             self.fairshare.forget(active)
             self.known_jobs = active
         need = (changed or r not in self.plan or self.last_solve_round is None
@@ -235,27 +190,49 @@ class ShockwavePolicy(Policy):
         cfg = self.config
         r, G, D, W = int(view.round_index), int(view.num_gpus), float(view.round_length), cfg.future_rounds
         wjobs, meta = [], {}
+        arrival_of = {j.job_id: j.arrival_time for j in view.jobs}
         for j in view.jobs:
             e = est[j.job_id]
             fb = self.fairshare.fbar(j.job_id, r)
-            clock = view.now if RHO_CLOCK == "now" else r * D
-            rho = rho_hat(clock, e["remaining"], share, fb)
+            rho = rho_hat(view.now - j.arrival_time, e["remaining"], share, fb)
             lw, w = priority_weight(rho, e["remaining"], D, cfg.rhomax, cfg.lambda_, j.weight)
             meta[j.job_id] = {"predicted_remaining_s": e["remaining"], "rho_hat": rho, "weight": w,
-                              "log_weight": lw, "fair_finish_time": fb}
+                              "log_weight": lw, "fair_finish_after_arrival_s": fb}
             if 0 < j.num_gpus <= G:
-                wjobs.append(make_window_job(j.job_id, j.num_gpus, w, e["progress"], j.total_epochs, e["dbar"],
-                                             e["remaining"], W, D, cfg.log_bases))
-        problem = WindowProblem(wjobs, G, W, D, cfg.k)
-        sol = solve_window(problem, self.backend, cfg.solver_timeout, cfg.solver_rel_gap)
+                E, P = e["epochs"], e["progress"]
+                d_future = e["remaining"] / max(E - P, 1e-9)    # predicted regimes' mean epoch duration
+                offset = 0.0 if cfg.log_bases is not None else 1.0 / E
+                wjobs.append(make_window_job(j.job_id, j.num_gpus, w * j.num_gpus, P, E, d_future,
+                                             e["remaining"], W, D, cfg.log_bases, offset))
+        k = cfg.k if cfg.k_norm is None else cfg.k_norm / (max(len(wjobs), 1) * W * D)
+        # finishing jobs (every epoch reported, still running: evaluation, final checkpoint) are planned to
+        # completion from the first round, oldest first while their gangs fit in one round
+        forced, used = set(), 0
+        for wj in sorted((wj for wj in wjobs if est[wj.job_id]["finishing"]),
+                         key=lambda wj: (-(view.now - arrival_of[wj.job_id]), str(wj.job_id))):
+            if used + wj.gpus <= G:
+                wj.min_rounds = wj.nmax
+                forced.add(wj.job_id)
+                used += wj.gpus
+        problem = WindowProblem(wjobs, G, W, D, k)
+        try:
+            sol = solve_window(problem, self.backend, cfg.solver_timeout, cfg.solver_rel_gap)
+        except Exception:
+            if not forced:
+                raise
+            for wj in wjobs:
+                wj.min_rounds = 0
+            forced = set()
+            sol = solve_window(problem, self.backend, cfg.solver_timeout, cfg.solver_rel_gap)
         counts = sol.counts
         gpus = {j.job_id: j.num_gpus for j in view.jobs}
-        # jobs planned in every round first (they are in every round anyway, fewer fragments), then by
-        # priority (Smith: w/n), larger gangs first, shorter predicted remaining first
+
+        # jobs planned in every round first (they are in every round anyway, fewer fragments), then Smith's
+        # rule w/n, larger gangs first, shorter predicted remaining first
         def prio(i):
-            lw = meta[i]["log_weight"]
-            return lw - math.log(max(counts[i], 1)) if ORDER == "smith" else lw
-        order = sorted(counts, key=lambda i: (counts[i] < W, -prio(i), -gpus[i], est[i]["remaining"], str(i)))
+            return meta[i]["log_weight"] - math.log(max(counts[i], 1))
+        order = sorted(counts, key=lambda i: (i not in forced, counts[i] < W, -prio(i), -gpus[i],
+                                              est[i]["remaining"], str(i)))
         rounds, short = pack_rounds(order, gpus, counts, G, W)
         if short:
             log.info("shockwave: round %d packing left %d job-rounds unplaced (backfilled)", r, sum(short.values()))
@@ -270,6 +247,31 @@ class ShockwavePolicy(Policy):
         self.last_solve_time = sol.solve_time
         self.last_status = sol.status
 
+    def _guard(self, view: ClusterView, run: list, extra: list) -> tuple[list, list]:
+        """No-starvation guard: jobs that waited >= B rounds first (longest wait, then oldest), head of line
+        never skipped; then the planned jobs (``run``), then ``extra``, while they fit.  Returns (run, overdue)."""
+        r, G, B = int(view.round_index), int(view.num_gpus), self.config.starvation_bound_rounds
+        jobs = {j.job_id: j for j in view.jobs}
+        overdue = [jid for jid in jobs if 0 < jobs[jid].num_gpus <= G and self._waited(jid, r) >= B]
+        if not overdue:
+            return run, []
+        overdue.sort(key=lambda i: (-self._waited(i, r), -(view.now - jobs[i].arrival_time), str(i)))
+        out, used = [], 0
+        for jid in overdue:
+            g = jobs[jid].num_gpus
+            if used + g > G:
+                break
+            out.append(jid)
+            used += g
+        chosen = set(out)
+        for jid in list(run) + list(extra):
+            g = jobs[jid].num_gpus
+            if jid not in chosen and used + g <= G:
+                out.append(jid)
+                chosen.add(jid)
+                used += g
+        return out, overdue
+
     def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
         r, G = int(view.round_index), int(view.num_gpus)
         jobs = {j.job_id: j for j in view.jobs}
@@ -281,33 +283,44 @@ class ShockwavePolicy(Policy):
                 used += j.num_gpus
         # GPUs freed by jobs that left since the plan was made: longest remaining first
         present = set(run)
-        for jid in sorted(jobs, key=lambda i: (-est[i]["remaining"], str(i))):
+        rest = [jid for jid in sorted(jobs, key=lambda i: (-est[i]["remaining"], str(i))) if jid not in present]
+        for jid in rest:
             g = jobs[jid].num_gpus
-            if jid not in present and 0 < g <= G - used:
+            if 0 < g <= G - used:
                 run.append(jid)
                 used += g
+        run, overdue = self._guard(view, run, rest)
+        for jid in run:
+            self.last_ran[str(jid)] = r
         first = {}
         for t in sorted(self.plan):
             if t >= r:
                 for jid in self.plan[t]:
                     first.setdefault(jid, t - r)
+        chosen = set(run)
+        overdue_set = set(overdue)
         info_jobs = {}
         for jid, j in jobs.items():
             m = dict(self.plan_meta.get(jid, {}))
             m["predicted_remaining_s"] = est[jid]["remaining"]
-            m["next_planned_round_offset"] = first.get(jid)
+            m["next_planned_round_offset"] = 0 if jid in chosen else first.get(jid)
             m.setdefault("rounds_planned", 0)
+            m["waited_rounds"] = self._waited(jid, r) if jid not in chosen else 0
+            m["starvation_guard"] = jid in overdue_set
             m["path"] = path
             info_jobs[jid] = m
         info = {"path": path, "solve_time_s": solve_time, "solver_status": self.last_status,
                 "last_solve_round": self.last_solve_round, "window_rounds": self.config.future_rounds,
-                "jobs": info_jobs}
+                "starvation_rounds": self.config.starvation_bound_rounds, "jobs": info_jobs}
         return RoundDecision(tuple(run), info)
 
     def _fallback(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
         log.warning("shockwave: round %s uses the max-min fairness fallback", view.round_index)
-        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time) for j in view.jobs]
+        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, view.now - j.arrival_time) for j in view.jobs]
+        rows = [(a, b, c, d, -age) for a, b, c, d, age in rows]     # older first on ties
         run = max_min_round(rows, view.num_gpus)
+        for jid in run:
+            self.last_ran[str(jid)] = int(view.round_index)
         chosen = set(run)
         info_jobs = {j.job_id: {"rounds_planned": None, "next_planned_round_offset": 0 if j.job_id in chosen else None,
                                 "predicted_remaining_s": est.get(j.job_id, {}).get("remaining"),

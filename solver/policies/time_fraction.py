@@ -8,6 +8,8 @@ set of jobs to run each round (reference notes section 5; Gavel's `_update_prior
   X_i x 1e9 before any time was accounted; jobs are taken greedily by (priority, deficit, X), highest
   first, while their gang fits.  A job that arrived after the last recomputation has no X yet: it is
   counted against the free GPUs when reached (last, with priority 0) but not started, as in Gavel.
+- Times are measured from the first round this policy saw (Gavel's simulated clock starts at 0), so the
+  decisions do not depend on the clock's origin (Unix times in the controller).
 """
 from __future__ import annotations
 
@@ -26,12 +28,16 @@ class TimeFractionPolicy(Policy):
         self.last_reset = 0.0
         self.need_update = False
         self._order: list = []
+        self.origin: float | None = None     # view.now of the first round: the policy's clock starts there
 
     # subclasses: X_i in [0, 1] per active job
     def allocate(self, view: ClusterView) -> dict:  # pragma: no cover - interface
         raise NotImplementedError
 
     def decide(self, view: ClusterView) -> RoundDecision:
+        if self.origin is None:
+            self.origin = float(view.now)
+        now = float(view.now) - self.origin
         half = view.round_length / 2.0
         for job_id, seconds in view.last_round_run_time.items():
             if job_id in self.job_time:
@@ -49,8 +55,8 @@ class TimeFractionPolicy(Policy):
                 self.job_time[job_id] = half
                 self.deficits[job_id] = 0.0
                 self.need_update = True
-        if self.need_update and (view.now - self.last_reset >= self.reset_interval or self.last_reset == 0):
-            self._reset(view.now, half)
+        if self.need_update and (now - self.last_reset >= self.reset_interval or self.last_reset == 0):
+            self._reset(now, half)
             self.allocation = dict(self.allocate(view))
             self.need_update = False
         return RoundDecision(run=tuple(self._select(view, active)), info={"allocation": dict(self.allocation)})
@@ -92,7 +98,7 @@ class TimeFractionPolicy(Policy):
         return {"allocation": [[k, v] for k, v in self.allocation.items()],
                 "job_time": [[k, v] for k, v in self.job_time.items()], "worker_time": self.worker_time,
                 "deficits": [[k, v] for k, v in self.deficits.items()], "last_reset": self.last_reset,
-                "need_update": self.need_update, "order": list(self._order)}
+                "need_update": self.need_update, "order": list(self._order), "origin": self.origin}
 
     def load_state_dict(self, state: dict) -> None:
         self.allocation = {k: v for k, v in state["allocation"]}
@@ -102,3 +108,4 @@ class TimeFractionPolicy(Policy):
         self.last_reset = state["last_reset"]
         self.need_update = state["need_update"]
         self._order = list(state["order"])
+        self.origin = state.get("origin", 0.0)    # older states kept absolute times (origin 0)

@@ -1,0 +1,103 @@
+"""No starvation (issue 12 items 2, 3): a job that has not run for B rounds runs within
+B + ceil((N - 1) / floor(G / g_max)) rounds of its last run, whatever the market plans."""
+import math
+
+import pytest
+
+from slurm_shockwave.simulate import run_simulation
+from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
+from solver.types import ClusterView, JobView
+from tests.helpers import random_workload, reference_table
+
+D = 120.0
+
+
+def view_job(jid, arrival, gpus, done, total, d=D, steps_left_s=None, **kw):
+    """A job with `done` of `total` epochs of `d` seconds each (optionally: `steps_left_s` of work left)."""
+    steps_per_epoch = 100
+    total_steps = total * steps_per_epoch
+    steps_done = done * steps_per_epoch
+    thr = steps_per_epoch / d
+    if steps_left_s is not None:
+        steps_done = total_steps - steps_left_s * thr
+    return JobView(job_id=jid, arrival_time=arrival, num_gpus=gpus, batch_size=32, epochs_done=done,
+                   total_epochs=total, samples_per_epoch=3200, steps_done=steps_done, total_steps=total_steps,
+                   throughput=thr, epoch_duration_by_bs={32: d}, bs_history=(32,) * done, **kw)
+
+
+def bound(cfg, n_jobs, gpus, g_max):
+    return cfg.starvation_bound_rounds + math.ceil((n_jobs - 1) / (gpus // g_max))
+
+
+@pytest.mark.parametrize("gang_epochs_done,gang_total", [(9, 10), (10, 10)])
+def test_gang_with_little_work_left_runs_within_the_bound_in_a_stream_of_small_jobs(gang_epochs_done, gang_total):
+    """A stream of 1-GPU jobs (2 arrive per round, 6 rounds of work each, on 4 GPUs) and one 4-GPU job with 20 s
+    of work left; (10, 10): the gang has reported every epoch and is still running (final checkpoint)."""
+    cfg = ShockwaveConfig(lambda_=25.0, k_norm=30.0)
+    pol = ShockwavePolicy(cfg)
+    G, now = 4, 0.0
+    small = {}        # id -> [arrival, epochs done]
+    gang = view_job("gang", 0.0, 4, gang_epochs_done, gang_total, steps_left_s=20.0)
+    gang_ran_at = None
+    became_overdue_bound = None
+    ran_last = set()
+    for r in range(80):
+        for k in range(2):
+            small[f"s{r}-{k}"] = [now, 0]
+        jobs = [view_job(i, a, 1, e, 6, ran_last_round=i in ran_last) for i, (a, e) in small.items()]
+        if gang_ran_at is None:
+            jobs.append(gang)
+        v = ClusterView(now=now, round_index=r, round_length=D, num_gpus=G, jobs=tuple(jobs))
+        d = pol.decide(v)
+        assert sum(j.num_gpus for j in jobs if j.job_id in d.run) <= G
+        info = d.info["jobs"].get("gang")
+        if info and info["starvation_guard"] and became_overdue_bound is None:
+            became_overdue_bound = r + bound(cfg, len(jobs), G, 4) - cfg.starvation_bound_rounds
+        if "gang" in d.run:
+            gang_ran_at = r
+            break
+        for i in d.run:
+            small[i][1] += 1
+            if small[i][1] >= 6:
+                del small[i]
+        ran_last = set(d.run)
+        now += D
+    assert gang_ran_at is not None, "the 4-GPU job never ran"
+    # within the stated bound: B rounds of waiting + the overdue jobs ahead of it
+    assert gang_ran_at <= bound(cfg, 2 * (gang_ran_at + 1) + 1, G, 4)
+    if became_overdue_bound is not None:
+        assert gang_ran_at <= became_overdue_bound
+
+
+def test_every_job_runs_within_the_bound_in_an_overloaded_simulation():
+    """Round log of a simulation with gangs on a small cluster: the gap between two runs of a job (or between
+    its arrival and its first run) never exceeds the bound computed from the most jobs ever active."""
+    thr = reference_table()
+    jobs = random_workload(11, 40, 4, thr)
+    cfg = ShockwaveConfig(lambda_=25.0, k_norm=30.0, starvation_rounds=3)
+    res = run_simulation(jobs, thr, 4, "shockwave", policy_config=cfg, keep_round_log=True)
+    log = res.round_log
+    n_max = max(r.active for r in log)
+    limit = bound(cfg, n_max, 4, max(j.num_gpus for j in jobs))
+    last = {}
+    worst = 0
+    for rec in log:
+        for jid, m in rec.info["jobs"].items():
+            last.setdefault(jid, rec.round_index - 1)
+        for jid in rec.run:
+            worst = max(worst, rec.round_index - last[jid] - 1)
+            last[jid] = rec.round_index
+    assert worst <= limit
+    assert any(m.get("starvation_guard") for rec in log for m in rec.info["jobs"].values())
+
+
+def test_finishing_job_is_planned_not_starved():
+    """All epochs reported but still running (e.g. a final checkpoint): it gets planned rounds and runs."""
+    pol = ShockwavePolicy(ShockwaveConfig(lambda_=25.0, k_norm=30.0))
+    jobs = [view_job(f"b{i}", 0.0, 1, 1, 40) for i in range(6)]
+    fin = view_job("fin", 0.0, 2, 10, 10, steps_left_s=30.0)
+    v = ClusterView(now=600.0, round_index=5, round_length=D, num_gpus=4, jobs=tuple(jobs + [fin]))
+    d = pol.decide(v)
+    m = d.info["jobs"]["fin"]
+    assert m["rounds_planned"] >= 1
+    assert m["next_planned_round_offset"] is not None and m["next_planned_round_offset"] <= 1
