@@ -24,7 +24,9 @@ REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
               help="shockwave, a baseline (max_min_fairness, finish_time_fairness, allox, max_sum_throughput, "
                    "min_total_duration, gandiva_fair, fifo) or 'all'.")
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
-              help="Shockwave hyperparameters (JSON/TOML). Default: the experiment's config.")
+              help="Shockwave hyperparameters (JSON/TOML). Default: the built-in configuration, the same for "
+                   "every workload (and the controller's default). The reference's per-experiment files are "
+                   "under data/configs/ (for reproducing the reference only).")
 @click.option("--round-length", type=float, default=120.0, show_default=True, help="Seconds per round.")
 @click.option("--profile", type=click.Path(dir_okay=False), default=None,
               help="Job profile (ground-truth batch-size schedules); bundled ones are found automatically.")
@@ -49,7 +51,7 @@ def simulate(workload, throughputs, gpus, experiment, policy_name, config, round
     if round_length <= 0:
         raise OneLineError(f"--round-length must be positive, got {round_length}")
     names = policy_names() if policy_name == "all" else [policy_name]
-    cfg = _load_config(config or exp["config"]) if "shockwave" in names else None
+    cfg = _load_config(config) if ("shockwave" in names and config) else None   # None: ShockwaveConfig()
     results = {}
     for name in names:
         try:
@@ -125,18 +127,21 @@ def _table(results, reference):
     from rich.table import Table
     t = Table(title="Simulation results" + (" (reference: shipped results of the Shockwave repository)"
                                              if reference else ""))
-    for col in ("policy", "makespan s", "avg JCT s", "worst rho", "unfair % (>1.05)", "unfair % (>1.1)",
-                "util", "rounds", "wall s"):
+    for col in ("policy", "makespan s", "makespan/LB", "avg JCT s", "worst rho", "unfair % (>1.05)",
+                "unfair % (>1.1)", "util", "rounds", "wall s"):
         if col == "policy":
             t.add_column(col, no_wrap=True, min_width=22)
         else:
             t.add_column(col, justify="right")
     for name, r in results.items():
         m = r.metrics
-        t.add_row(name, f"{m.makespan:,.0f}", f"{m.avg_jct:,.0f}", f"{m.worst_rho:.3f}", f"{m.unfair_fraction:.2f}",
+        t.add_row(name, f"{m.makespan:,.0f}", f"{m.makespan_over_lb:.3f}", f"{m.avg_jct:,.0f}", f"{m.worst_rho:.3f}", f"{m.unfair_fraction:.2f}",
                   f"{m.unfair_fraction_1_1:.2f}", f"{m.utilization:.3f}", str(r.rounds), f"{r.wall_seconds:.1f}")
         ref = reference.get(REFERENCE_NAMES.get(name, name))
         if ref:
-            t.add_row(f"  reference", f"{ref['makespan']:,.0f}", f"{ref['avg_jct']:,.0f}", f"{ref['worst_rho']:.3f}",
+            t.add_row(f"  reference", f"{ref['makespan']:,.0f}", "", f"{ref['avg_jct']:,.0f}", f"{ref['worst_rho']:.3f}",
                       f"{ref['unfair_fraction']:.2f}", "", f"{ref['utilization']:.3f}", "", "", style="dim")
     console().print(t)
+    lb = next(iter(results.values())).metrics.lower_bound if results else 0
+    if lb:
+        console().print(f"LB = physical lower bound of the makespan: {lb:,.0f} s (docs/results.md)")

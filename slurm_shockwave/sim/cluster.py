@@ -5,8 +5,9 @@ backend dispatches each chosen job for `steps = min(int(throughput x round), rem
 at `now + steps / throughput`; `advance()` moves time to the latest finish of the round (a round is
 shorter than 120 s when every running job finishes early; with nothing running, time jumps to the next
 arrival), records progress, charges the 20 s restart penalty to a job that did not run in the previous
-round (when it ran a full round), applies pending batch-size changes, completes jobs (no steps left, or
-run time over 1.5 x exclusive run time, as the reference's deadline guard), sets the adaptation flags for
+round (when it ran a full round), applies pending batch-size changes, then completes jobs (no steps left or
+every epoch done, checked after the batch-size change; or run time over 1.5 x exclusive run time, as the
+reference's deadline guard), sets the adaptation flags for
 the next round and admits the jobs that arrived by then.
 """
 from __future__ import annotations
@@ -107,8 +108,10 @@ class SimulatedCluster(ClusterBackend):
         self._last_round_run_time[job.spec.job_id] = execution
         job.add_steps(steps)
         job.finish_time = finish
-        finished = job.remaining_steps <= 0 or over_deadline
+        # the batch-size change first: it re-expresses the steps (a partial last epoch is rounded up), and a
+        # job it completes must complete now, not linger with every epoch done and no work left
         job.apply_batch_size_change()
+        finished = job.remaining_steps <= 0 or job.epochs_done >= job.spec.num_epochs or over_deadline
         if finished:
             del self.active[job.spec.job_id]
             self.finished.append(JobRecord(job.spec.job_id, job.spec.user, job.spec.num_gpus, job.spec.arrival_time,

@@ -2,9 +2,11 @@
 
 The reference generates, per job, the batch size of every epoch (GNS from a table of doubling epochs per
 model/batch size/GPU count; Accordion from critical regimes) and the exclusive run time under it (the FTF
-denominator).  `bundled profiles` hold that output for the reference traces.  For a trace without a
-profile, GNS jobs get our documented default pattern (double at 25%, 50% and 75% of the epochs, capped at
-the model's largest profiled batch size) and the exclusive run time is computed from the throughputs.
+denominator).  `bundled profiles` hold that output for the reference traces.  For a `.trace` without a
+profile (a generated one) the same is computed from the reference's rules (workload/patterns.py,
+`apply_reference_patterns`).  Job-spec jobs without a `gns_schedule` get our documented default pattern
+(double at 25%, 50% and 75% of the epochs, capped at the model's largest profiled batch size) and the
+exclusive run time is computed from the throughputs.
 """
 from __future__ import annotations
 
@@ -42,6 +44,26 @@ def apply_profile(jobs: list[JobSpec], profile: dict[int, dict], source="profile
             sched[-1] = sched[-2]
         gns = tuple(sched) if job.mode == "gns" else ()
         out.append(dataclasses.replace(job, gns_schedule=gns, isolated_runtime=float(p["isolated_runtime_s"])))
+    return out
+
+
+def apply_reference_patterns(jobs: list[JobSpec], throughputs) -> list[JobSpec]:
+    """What the reference computes for a `.trace` without a bundled profile (workload/patterns.py): the GNS
+    schedule from its table and the exclusive run time under its profile patterns.  Identical to the
+    bundled profiles on the reference's own traces (tests/test_trace_generate.py)."""
+    from .patterns import exclusive_runtime, gns_pattern, profile_pattern
+    out = []
+    for job in jobs:
+        n = job.num_epochs
+        gns = ()
+        if job.mode == "gns":
+            sched = gns_pattern(job.model, job.initial_bs, job.num_gpus, n)
+            if len(sched) >= 2 and sched[-1] < sched[-2]:
+                sched[-1] = sched[-2]          # as apply_profile: the simulator continues the previous epoch
+            gns = tuple(sched)
+        pattern = profile_pattern(job.model, job.initial_bs, job.num_gpus, job.mode, n)
+        iso = exclusive_runtime(job.model, pattern, job.num_gpus, throughputs, job.samples)
+        out.append(dataclasses.replace(job, gns_schedule=gns, isolated_runtime=iso))
     return out
 
 
@@ -96,4 +118,4 @@ def complete(jobs: list[JobSpec], throughputs) -> list[JobSpec]:
     return out
 
 
-__all__ = ["load_profile", "apply_profile", "complete", "schedule_of", "isolated_runtime", "steps_per_epoch"]
+__all__ = ["load_profile", "apply_profile", "apply_reference_patterns", "complete", "schedule_of", "isolated_runtime", "steps_per_epoch"]

@@ -1,5 +1,8 @@
 """Our own job-spec format for new workloads (documented in docs/job-spec.md).
 
+Each job is validated by the pydantic model `JobEntry` (strict types, no NaN/inf, bounds, unknown fields
+rejected); the first problem is reported as one line naming file, line and field.
+
 Accepted files:
 - `.toml`: one `[[job]]` table per job (errors name the line of the job's `[[job]]` header);
 - `.jsonl`: one JSON object per line (errors name that line);
@@ -18,13 +21,18 @@ import math
 import re
 import tomllib
 from pathlib import Path
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import WorkloadError, read_text
 from .jobs import MODES, JobSpec
 from .models import DATASET_SIZE, MAX_BATCH_SIZE, steps_per_epoch
 
-KNOWN = {"id", "arrival", "model", "batch_size", "gpus", "mode", "epochs", "total_steps", "samples_per_epoch",
-         "user", "account", "weight", "max_batch_size", "gns_schedule", "critical_epochs"}
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+T = TypeVar("T")
+Pair = Annotated[list[T], Field(min_length=2, max_length=2)]
 
 
 def read_spec(path, num_gpus: int | None = None, throughputs=None) -> list[JobSpec]:
@@ -70,6 +78,48 @@ def _entries(path, text):
     return [(f"job {i}", j) for i, j in enumerate(jobs)]
 
 
+class JobEntry(BaseModel):
+    """One job of the spec, validated strictly (no coercion, no NaN/inf, bounds, unknown fields rejected)."""
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+    model: str = Field(min_length=1, max_length=200)
+    batch_size: int = Field(ge=1, le=10**7)
+    id: int | str | None = None
+    arrival: float = Field(0.0, ge=0.0, le=1e12)
+    gpus: int = Field(1, ge=1, le=100000)
+    mode: Literal["static", "gns", "accordion"] = "static"
+    epochs: int | None = Field(None, ge=1, le=10**7)
+    total_steps: int | None = Field(None, ge=1, le=10**13)
+    samples_per_epoch: int | None = Field(None, ge=1, le=10**12)
+    user: str = Field("user", min_length=1, max_length=200)
+    account: str | None = Field(None, max_length=200)
+    weight: float = Field(1.0, gt=0.0, le=1e6)
+    max_batch_size: int | None = Field(None, ge=1, le=10**7)
+    gns_schedule: list[Pair[PosInt]] | None = Field(None, min_length=1)      # [[batch size, epochs], ...]
+    critical_epochs: list[Pair[NonNegInt]] | None = None                    # [[start, stop), ...]
+
+
+_PROBLEM = {"int_type": "expected an integer", "int_from_float": "expected an integer",
+            "float_type": "expected a number", "finite_number": "expected a finite number",
+            "string_type": "expected a string", "list_type": "expected a list",
+            "too_short": "expected [a, b] pairs (too short)", "too_long": "expected [a, b] pairs (too long)",
+            "missing": "missing", "extra_forbidden": "unknown field"}
+
+
+def _problem(err: dict) -> str:
+    kind, ctx, value = err.get("type", ""), err.get("ctx") or {}, err.get("input")
+    if kind in ("missing", "extra_forbidden"):
+        return _PROBLEM[kind]
+    if kind == "literal_error":
+        return f"must be one of {', '.join(MODES)}, got {value!r}"
+    for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+        if key in ctx:
+            return f"must be {op} {ctx[key]}, got {value!r}"
+    if kind in _PROBLEM:
+        return f"{_PROBLEM[kind]}, got {value!r}"
+    return f"{err.get('msg', 'invalid')}, got {value!r}".replace("\n", " ")
+
+
 def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
     line = where if isinstance(where, int) else 0
     loc = path if line else f"{path} ({where})"
@@ -79,80 +129,39 @@ def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
 
     if not isinstance(raw, dict):
         raise err("job", "expected a table/object")
-    unknown = sorted(set(raw) - KNOWN)
-    if unknown:
-        raise err(unknown[0], "unknown field")
-    for req in ("model", "batch_size"):
-        if req not in raw:
-            raise err(req, "missing")
-    model = raw["model"]
-    if not isinstance(model, str) or (model not in DATASET_SIZE and "samples_per_epoch" not in raw):
+    try:
+        e = JobEntry.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else "job"
+        raise err(field, _problem(first)) from None
+    model, bs, gpus = e.model, e.batch_size, e.gpus
+    if model not in DATASET_SIZE and e.samples_per_epoch is None:
         raise err("model", f"unknown model {model!r} (give samples_per_epoch for a new model)")
-    bs = _int(err, raw, "batch_size", minimum=1)
-    gpus = _int(err, raw, "gpus", default=1, minimum=1)
     if num_gpus is not None and gpus > num_gpus:
         raise err("gpus", f"asks for {gpus} GPUs but the cluster has {num_gpus}")
-    mode = raw.get("mode", "static")
-    if mode not in MODES:
-        raise err("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-    samples = _int(err, raw, "samples_per_epoch", default=DATASET_SIZE.get(model, 0), minimum=1)
-    if "total_steps" in raw:
-        total_steps = _int(err, raw, "total_steps", minimum=1)
-    elif "epochs" in raw:
-        total_steps = _int(err, raw, "epochs", minimum=1) * steps_per_epoch(samples, bs)
+    samples = e.samples_per_epoch or DATASET_SIZE[model]
+    if e.total_steps is not None:
+        total_steps = e.total_steps
+    elif e.epochs is not None:
+        total_steps = e.epochs * steps_per_epoch(samples, bs)
     else:
         raise err("epochs", "missing (give epochs or total_steps)")
-    arrival = _float(err, raw, "arrival", default=0.0, minimum=0.0)
-    weight = _float(err, raw, "weight", default=1.0, minimum=0.0)
-    if weight <= 0:
-        raise err("weight", "must be positive")
-    max_bs = _int(err, raw, "max_batch_size", default=MAX_BATCH_SIZE.get(model, bs), minimum=bs)
+    max_bs = e.max_batch_size if e.max_batch_size is not None else MAX_BATCH_SIZE.get(model, bs)
+    if max_bs < bs:
+        raise err("max_batch_size", f"must be >= batch_size {bs}, got {max_bs}")
     if throughputs is not None and throughputs.get(model, bs, gpus) is None:
         raise err("batch_size", f"no throughput for {model} batch size {bs} on {gpus} GPU(s)")
     epochs = math.ceil(total_steps / steps_per_epoch(samples, bs))
-    gns = _rle(err, raw.get("gns_schedule"), epochs) if "gns_schedule" in raw else ()
+    gns = ()
+    if e.gns_schedule is not None:
+        out = [b for b, n in e.gns_schedule for _ in range(n)]
+        out += [out[-1]] * max(0, epochs - len(out))
+        gns = tuple(out[:epochs])
     critical = None
-    if "critical_epochs" in raw:
-        ranges = raw["critical_epochs"]
-        if not isinstance(ranges, list) or not all(
-                isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and x >= 0 for x in r) for r in ranges):
-            raise err("critical_epochs", "expected [[start, stop], ...] with non-negative integers")
-        critical = frozenset(e for a, b in ranges for e in range(a, b))
-    user = str(raw.get("user", "user"))
-    return JobSpec(job_id=raw.get("id", index), arrival_time=arrival, model=model, initial_bs=bs, num_gpus=gpus,
-                   mode=mode, total_steps=total_steps, samples_per_epoch=samples, user=user,
-                   account=str(raw.get("account", user)), weight=weight, gns_schedule=gns,
+    if e.critical_epochs is not None:
+        critical = frozenset(x for a, b in e.critical_epochs for x in range(a, b))
+    return JobSpec(job_id=e.id if e.id is not None else index, arrival_time=e.arrival, model=model, initial_bs=bs,
+                   num_gpus=gpus, mode=e.mode, total_steps=total_steps, samples_per_epoch=samples, user=e.user,
+                   account=e.account if e.account is not None else e.user, weight=e.weight, gns_schedule=gns,
                    accordion_critical=critical, max_bs=max_bs)
-
-
-def _int(err, raw, field, default=None, minimum=None):
-    if field not in raw:
-        if default is None:
-            raise err(field, "missing")
-        return default
-    v = raw[field]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise err(field, f"expected an integer, got {v!r}")
-    if minimum is not None and v < minimum:
-        raise err(field, f"must be >= {minimum}, got {v}")
-    return v
-
-
-def _float(err, raw, field, default, minimum):
-    v = raw.get(field, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise err(field, f"expected a number, got {v!r}")
-    if v < minimum:
-        raise err(field, f"must be >= {minimum}, got {v}")
-    return float(v)
-
-
-def _rle(err, rle, epochs):
-    if not isinstance(rle, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x > 0 for x in p) for p in rle):
-        raise err("gns_schedule", "expected [[batch_size, n_epochs], ...] with positive integers")
-    out = [bs for bs, n in rle for _ in range(n)]
-    if not out:
-        raise err("gns_schedule", "empty")
-    out += [out[-1]] * max(0, epochs - len(out))
-    return tuple(out[:epochs])
