@@ -12,8 +12,8 @@ import pytest
 
 from slurm_shockwave.localcluster import LocalCluster
 from slurm_shockwave.localcluster.daemons import ProcId
-from tests.slurm_fixtures import (JOB_USER, ODD_NAME, ensure_user, job_state, make_root,
-                                  slurm_cluster, wait_for)  # noqa: F401
+from tests.slurm_fixtures import (JOB_USER, ODD_NAME, ensure_user, job_state, make_cluster, make_root,
+                                  settle_after_requeue, slurm_cluster, wait_for)  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -42,7 +42,11 @@ def test_nodes_idle_with_gpus(slurm_cluster):  # noqa: F811
     assert status["nodes"]["node1"]["gpus"] == 4
     assert len(set(status["ports"].values())) == 3
     conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
-    assert "NodeAddr=127.0.0.1" in conf and "PreemptParameters" not in conf
+    assert "NodeAddr=127.0.0.1" in conf
+    if slurm_cluster.slurm_version.startswith("22."):   # a fatal parse error on 22.05
+        assert "PreemptParameters" not in conf and "preempt_send_user_signal" in conf
+    else:                                               # ... and the old spelling on 23.02+
+        assert "PreemptParameters=send_user_signal" in conf and "preempt_send_user_signal" not in conf
     assert slurm_cluster.up() is False  # already running: reported, not restarted
 
 
@@ -64,6 +68,9 @@ def test_gpu_job_as_non_root_user(slurm_cluster, workdir):  # noqa: F811
     argv = ["sbatch", "--parsable", "--gres=gpu:2", "-J", ODD_NAME, "-o", str(out), "-D", str(workdir), str(script)]
     proc = subprocess.run(argv, env=slurm_cluster.full_env(), user=JOB_USER, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, timeout=30, cwd=str(workdir))
+    if slurm_cluster.bin_dir is not None:   # another version, through a chroot: only root can submit
+        assert proc.returncode != 0 and "chroot" in proc.stderr
+        return
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout.strip())
     cli = slurm_cluster.cli
@@ -99,30 +106,52 @@ def test_hold_release_update_site_factor(slurm_cluster, workdir):  # noqa: F811
                     what="cancel")
 
 
+def wait_running(cluster, job_id: int, what: str, timeout: float = 40) -> None:
+    """Wait for the job to run; on a timeout say where it stands (state, reason, slurmctld log)."""
+    try:
+        wait_for(lambda: job_state(cluster.cli, job_id).running, timeout=timeout, what=what)
+    except AssertionError as exc:
+        job = job_state(cluster.cli, job_id)
+        log = (cluster.root / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+        mine = [line for line in log if f"JobId={job_id} " in line or f"JobId={job_id}\n" in line
+                or line.endswith(f"JobId={job_id}")][-8:]
+        for path in sorted((cluster.root / "log").glob("slurmd.*.log")):
+            mine += [line for line in path.read_text(errors="replace").splitlines()
+                     if f"job {job_id} " in line or f"[{job_id}." in line or f"JOB {job_id} " in line][-6:]
+        raise AssertionError(f"{exc}; Slurm {cluster.slurm_version}; job: {job.state} {job.state_reason} "
+                             f"held={job.held} flags={job.state_flags} restarts={job.restart_count}; "
+                             f"log: {' | '.join(mine)}") from None
+
+
 def test_requeue_requeuehold_and_signal(slurm_cluster, workdir):  # noqa: F811
     cli = slurm_cluster.cli
     marker = workdir / "usr1.txt"
+    ready = workdir / "usr1.ready"
     script = write_script(workdir / "loop.sh", f"trap 'echo usr1 >> {marker}' USR1\n"
-                          "while true; do sleep 0.2; done")
+                          f"echo ready > {ready}\nwhile true; do sleep 0.2; done")
     job_id = cli.sbatch(script, ["--gres=gpu:2", "--requeue", "-o", "/dev/null", "-D", str(workdir)])
     wait_for(lambda: job_state(cli, job_id).running, what="job to run")
+    # RUNNING comes before the script has set its trap (a chroot's job starts slower): wait for it
+    wait_for(lambda: ready.exists(), what="trap set in the job script")
     cli.signal([job_id], "USR1")  # --batch: the trap in the batch shell sees it
     wait_for(lambda: marker.exists(), what="USR1 in the batch script")
 
     cli.requeue([job_id])
     job = wait_for(lambda: (j := job_state(cli, job_id)).pending and j, what="requeued job pending")
     assert job.restart_count == 1 and not job.held
+    settle_after_requeue()                          # 24.11: not in the second of the requeue
     cli.scontrol_update([job_id], StartTime="now")  # skip the cred_expire+1 s BeginTime wait
-    wait_for(lambda: job_state(cli, job_id).running, timeout=15, what="restart after StartTime=now")
+    wait_running(slurm_cluster, job_id, "restart after StartTime=now")
 
     cli.requeue([job_id], hold=True)
     job = wait_for(lambda: (j := job_state(cli, job_id)).pending and j, what="requeuehold pending")
     assert job.held and job.restart_count == 2 and job.state_reason == "JobHeldUser"
     cli.hold([job_id])  # turn the user hold into an admin hold
     assert job_state(cli, job_id).state_reason == "JobHeldAdmin"
+    settle_after_requeue()
     cli.release([job_id])
     cli.scontrol_update([job_id], StartTime="now")
-    wait_for(lambda: job_state(cli, job_id).running, timeout=15, what="restart after release")
+    wait_running(slurm_cluster, job_id, "restart after release")
     cli.cancel([job_id])
     wait_for(lambda: job_state(cli, job_id).finished, what="cancel")
 
@@ -132,7 +161,7 @@ def test_second_cluster_and_up_down_cycles(slurm_cluster):  # noqa: F811
     daemons; a second up/down cycle works; status()/down() work from a fresh process."""
     root = make_root("shockwave-cycle-")
     try:
-        cluster = LocalCluster(root=root, nodes=1, gpus_per_node=2, cpus_per_node=2)
+        cluster = make_cluster(root, slurm_cluster.slurm_version, nodes=1, gpus_per_node=2, cpus_per_node=2)
         all_pids: list[ProcId] = []
         for _cycle in range(2):
             assert cluster.up(timeout=60) is True
@@ -151,6 +180,11 @@ def test_second_cluster_and_up_down_cycles(slurm_cluster):  # noqa: F811
             assert cluster.down() == []
             assert not any(p.alive() for p in all_pids)
             assert cluster.status()["running"] is False
+            mounts = Path("/proc/self/mountinfo").read_text()
+            assert f" {root} " not in mounts and f"{root} " not in mounts.replace(str(root) + "/", "")
+            if cluster.chroot is not None:   # its bind mount is gone; the shared ones stay for the fixture's
+                assert f"{cluster.chroot.path}{root} " not in mounts
+                assert f"{cluster.chroot.path}/proc " in mounts
         assert cluster.down() == []  # idempotent
         assert slurm_cluster.status()["running"]  # the fixture's cluster is untouched
     finally:

@@ -28,6 +28,7 @@ from typing import Iterator, Sequence
 
 from ..slurmcli import SlurmCLI, SlurmError
 from . import daemons as d
+from .chroot import DEFAULT_ROOTS_DIR, ChrootRoot, RootError, host_version, major_minor
 from .config import ClusterSettings, Paths, pick_free_ports, untraversable_ancestors, write_config
 from .install import SlurmUnavailable, ensure_installed, missing_packages
 
@@ -48,13 +49,23 @@ class LocalCluster:
     are fast; ``extra_conf`` lines are appended at the end of slurm.conf (after the node and
     partition lines, so they may add partitions over ``node_names``; a repeated key such as
     ``SlurmctldParameters`` replaces ours).
+
+    ``slurm`` (``"22.05"``, ``"24.11"``, ``"26.05"``; default: the host's) picks the Slurm
+    version: one the host does not have runs from a Debian root under ``roots_dir`` (built by
+    :meth:`ensure_installed`, see :mod:`.chroot`); :attr:`env` then puts the wrappers in
+    :attr:`bin_dir` first on ``PATH`` and :attr:`cli` runs them. For such a cluster, ``binds`` /
+    ``rw_binds`` are host paths mounted read-only / read-write at the same path in the root (job
+    scripts, outputs), and ``host_python`` (a venv's python) becomes ``bin_dir/host-python``,
+    runnable by jobs inside the root (its interpreter, stdlib and venv are bound read-only).
     """
 
     def __init__(self, root: str | os.PathLike, nodes: int = 2, gpus_per_node: int = 4,
                  cpus_per_node: int = 4, partition: str = "gpu", *, cluster_name: str = "shockwave",
                  memory_mb: int = 16000, cred_expire: int = 5, sched_interval: int = 2,
                  bf_interval: int = 2, kill_wait: int = 5, extra_conf: Sequence[str] = (),
-                 keep_state: bool = False):
+                 keep_state: bool = False, slurm: str | None = None,
+                 roots_dir: str | os.PathLike = DEFAULT_ROOTS_DIR, binds: Sequence[str | os.PathLike] = (),
+                 rw_binds: Sequence[str | os.PathLike] = (), host_python: str | None = None):
         if nodes < 1 or gpus_per_node < 0 or cpus_per_node < 1:
             raise ValueError("need nodes >= 1, gpus_per_node >= 0, cpus_per_node >= 1")
         self.root = Path(root).absolute()
@@ -67,19 +78,61 @@ class LocalCluster:
                             bf_interval=bf_interval, kill_wait=kill_wait,
                             extra_conf=tuple(extra_conf))
         self.keep_state = keep_state
+        self._requested = major_minor(slurm) if slurm else None
+        self.host_python = host_python
+        self._binds = tuple((str(Path(b).absolute()), False) for b in rw_binds)
+        self._binds += tuple((str(Path(b).absolute()), True) for b in binds)
+        if host_python:
+            from .chroot import host_python_binds
+            self._binds += tuple((b, True) for b in host_python_binds(host_python))
+        self.roots_dir = Path(roots_dir)
+        self._host = host_version() if self._requested else None   # only asked when it matters
+        if self._requested and self._requested != self._host:
+            self._chroot: ChrootRoot | None = ChrootRoot(self._requested, roots_dir)
+        else:
+            self._chroot = None
 
     # ------------------------------------------------------------------ public API
     @property
+    def chroot(self) -> ChrootRoot | None:
+        """The Debian root the daemons run in (from this instance, else the running cluster's)."""
+        if self._chroot is None and self._requested is None:
+            state = self._read_state() or {}
+            settings = state.get("settings", {})
+            if settings.get("chroot"):
+                root = Path(settings["chroot"])
+                self._chroot = ChrootRoot(settings.get("slurm_version", "24.11"), root.parent)
+        return self._chroot
+
+    @property
+    def slurm_version(self) -> str:
+        """Major.minor of the Slurm this cluster runs (``22.05``, ``24.11``, ``26.05``)."""
+        if self.chroot is not None:
+            return self.chroot.version
+        if self._requested is None and self._host is None:
+            self._host = host_version()
+        return self._requested or self._host or "22.05"
+
+    @property
+    def bin_dir(self) -> Path | None:
+        """Directory of wrappers running the chroot's Slurm commands; None for the host's Slurm."""
+        return self.paths.bin if self.chroot is not None else None
+
+    @property
     def env(self) -> dict[str, str]:
-        """Variables that point Slurm's commands at this cluster (lay them over os.environ)."""
-        return {"SLURM_CONF": str(self.paths.slurm_conf)}
+        """Variables that point Slurm's commands at this cluster (lay them over os.environ).
+        For a chroot's Slurm, ``PATH`` starts with :attr:`bin_dir`."""
+        env = {"SLURM_CONF": str(self.paths.slurm_conf)}
+        if self.bin_dir is not None:
+            env["PATH"] = f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        return env
 
     def full_env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
 
     @property
     def cli(self) -> SlurmCLI:
-        return SlurmCLI(env=self.env)
+        return SlurmCLI(env=self.env, bin_dir=str(self.bin_dir) if self.bin_dir else None)
 
     @property
     def node_names(self) -> list[str]:
@@ -95,7 +148,18 @@ class LocalCluster:
         return (state or {}).get("settings", {}).get(key, self._params[key])
 
     def ensure_installed(self) -> list[str]:
-        """apt-get install the missing Slurm/munge packages; raises SlurmUnavailable."""
+        """apt-get install the missing Slurm/munge packages, or build the chroot's root (once,
+        cached); raises SlurmUnavailable."""
+        if self.chroot is not None:
+            if os.geteuid() != 0:
+                raise SlurmUnavailable("a chroot Slurm cluster needs root")
+            try:
+                spent = self.chroot.ensure_built()
+            except (RootError, OSError, subprocess.SubprocessError) as exc:
+                raise SlurmUnavailable(f"cannot build the Slurm {self.chroot.version} root: {exc}") from exc
+            if spent:
+                log.info("built %s in %.0f s", self.chroot.path, spent)
+            return []
         return ensure_installed()
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
@@ -133,6 +197,8 @@ class LocalCluster:
                 self._start_all(settings, timeout)
             except BaseException as exc:
                 self._stop_known(self._read_state())
+                if self.chroot is not None:
+                    self.chroot.unmount(self.root)
                 self._write_state(settings, {}, "failed")
                 if not isinstance(exc, Exception):
                     raise
@@ -151,8 +217,12 @@ class LocalCluster:
             if self._ctld_alive(state):
                 self._cancel_all_jobs(min(timeout, 5))
             remaining = d.terminate(known, grace=min(timeout, 5), kill_wait=5)
-            leftovers = d.leftover_pids(self.root, remaining)
+            leftovers = d.leftover_pids(self.root, remaining, self._alt_roots())
             remaining = d.terminate(leftovers, grace=min(timeout, 2), kill_wait=5)
+            if self.chroot is not None and not remaining:
+                busy = self.chroot.unmount(self.root)
+                if busy:
+                    log.warning("mounts still busy after down(): %s", busy)
             if state:
                 self._write_state(self._settings_from(state), {}, "down")
         if remaining:
@@ -173,10 +243,12 @@ class LocalCluster:
             "state": (state or {}).get("status", "absent"),
             "running": bool(daemons) and all(v["alive"] for v in daemons.values()),
             "ports": (state or {}).get("ports", {}), "daemons": daemons, "nodes": {}, "error": None,
+            "slurm_version": (state or {}).get("settings", {}).get("slurm_version"),
+            "bin_dir": str(self.bin_dir) if self.bin_dir else None,
         }
         if daemons.get("slurmctld", {}).get("alive"):
             try:
-                for n in SlurmCLI(env=self.env, timeout=10).sinfo_nodes():
+                for n in self._cli(10).sinfo_nodes():
                     result["nodes"][n.name] = {"state": n.state, "flags": list(n.state_flags),
                                                "gpus": n.gpus, "gpus_used": n.gpus_used}
             except SlurmError as exc:
@@ -191,9 +263,24 @@ class LocalCluster:
         self.down()
 
     # ------------------------------------------------------------------ helpers
+    def _cli(self, timeout: float) -> SlurmCLI:
+        return SlurmCLI(env=self.env, timeout=timeout,
+                        bin_dir=str(self.bin_dir) if self.bin_dir else None)
+
+    def _alt_roots(self) -> tuple[str, ...]:
+        """The cluster dir as a chrooted process's cwd shows it from the host."""
+        if self.chroot is None:
+            return ()
+        return (str(self.chroot.path / str(self.root).lstrip("/")),)
+
     def _check_can_run(self) -> None:
         if os.geteuid() != 0:
             raise SlurmUnavailable("LocalCluster must run as root (slurmd runs jobs as other users)")
+        if self.chroot is not None:
+            if not self.chroot.built():
+                raise SlurmUnavailable(f"no Slurm {self.chroot.version} root at {self.chroot.path}; "
+                                       "call ensure_installed() first")
+            return
         missing = missing_packages()
         if missing:
             raise SlurmUnavailable(f"Slurm not installed (missing {', '.join(missing)}); "
@@ -212,7 +299,10 @@ class LocalCluster:
 
     def _new_settings(self) -> ClusterSettings:
         ports = pick_free_ports(1 + self._params["nodes"])
-        return ClusterSettings(ctld_port=ports[0], node_ports=tuple(ports[1:]), **self._params)
+        chroot = self.chroot
+        return ClusterSettings(ctld_port=ports[0], node_ports=tuple(ports[1:]), **self._params,
+                               slurm_version=self.slurm_version,
+                               chroot=str(chroot.path) if chroot else None)
 
     def _prepare(self, settings: ClusterSettings) -> None:
         bad = untraversable_ancestors(self.root.parent)
@@ -230,6 +320,14 @@ class LocalCluster:
             except (FileNotFoundError, IsADirectoryError):
                 pass
         write_config(self.paths, settings)
+        if self.chroot is not None:
+            try:
+                self.chroot.write_wrappers(self.paths.bin)
+                if self.host_python:
+                    self.chroot.write_host_python(self.paths.bin, self.host_python)
+                self.chroot.mount(self.root, self._binds)
+            except (RootError, OSError, subprocess.SubprocessError) as exc:
+                raise ClusterStartError(f"cannot prepare the Slurm {self.chroot.version} root: {exc}") from exc
         self._write_state(settings, {}, "starting")
 
     def _start_all(self, settings: ClusterSettings, timeout: float) -> None:
@@ -241,16 +339,17 @@ class LocalCluster:
             started[name] = proc
             self._write_state(settings, started, "starting")
 
-        record("munged", d.start_munged(self.paths))
-        record("slurmctld", d.start_slurmctld(self.paths, env))
-        d.wait_ctld_ready(env, max(deadline - time.monotonic(), 1))
+        bin_dir = self.bin_dir
+        record("munged", d.start_munged(self.paths, bin_dir=bin_dir))
+        record("slurmctld", d.start_slurmctld(self.paths, env, bin_dir=bin_dir))
+        d.wait_ctld_ready(env, max(deadline - time.monotonic(), 1), bin_dir=bin_dir)
         for node in settings.node_names:
-            record(f"slurmd.{node}", d.start_slurmd(self.paths, node, env))
+            record(f"slurmd.{node}", d.start_slurmd(self.paths, node, env, bin_dir=bin_dir))
         self._wait_nodes_idle(settings, deadline)
         self._write_state(settings, started, "up")
 
     def _wait_nodes_idle(self, settings: ClusterSettings, deadline: float) -> None:
-        cli = SlurmCLI(env=self.env, timeout=10)
+        cli = self._cli(10)
         last = "no answer"
         while time.monotonic() < deadline:
             try:
@@ -274,7 +373,7 @@ class LocalCluster:
 
     def _cancel_all_jobs(self, wait: float) -> None:
         """scancel every unfinished job, then wait up to ``wait`` s for them to leave the nodes."""
-        cli = SlurmCLI(env=self.env, timeout=10)
+        cli = self._cli(10)
         try:
             active = [j.job_id for j in cli.squeue_jobs() if not j.finished]
             if active:
@@ -309,7 +408,7 @@ class LocalCluster:
         if known:
             log.info("stopping leftover daemons of %s: %s", self.root, [p.pid for p in known])
             d.terminate(known)
-            d.terminate(d.leftover_pids(self.root, []))
+            d.terminate(d.leftover_pids(self.root, [], self._alt_roots()))
 
     def _ctld_alive(self, state: dict | None) -> bool:
         """Only then can clients answer (with slurmctld dead they retry for ~10 s)."""
@@ -336,7 +435,8 @@ class LocalCluster:
         raw = dict(state["settings"])
         raw["node_ports"] = tuple(raw["node_ports"])
         raw["extra_conf"] = tuple(raw.get("extra_conf", ()))
-        return ClusterSettings(**raw)
+        known = set(ClusterSettings.__dataclass_fields__)
+        return ClusterSettings(**{k: v for k, v in raw.items() if k in known})
 
     def _write_state(self, settings: ClusterSettings, procs: dict, status: str) -> None:
         ports = {"slurmctld": settings.ctld_port, **dict(zip(settings.node_names, settings.node_ports))}

@@ -119,6 +119,11 @@ class Paths:
             return self.munge / "munged.log"
         return self.log / f"{daemon}.log"
 
+    @property
+    def bin(self) -> Path:
+        """Wrappers that run a chroot's Slurm commands (only for a cluster in a chroot)."""
+        return self.root / "bin"
+
     def all_dirs(self) -> list[Path]:
         return [self.root, self.etc, self.state, self.spool, self.log, self.run,
                 self.munge, self.dev, self.fakecg]
@@ -142,6 +147,10 @@ class ClusterSettings:
     kill_wait: int = 5
     min_job_age: int = 300
     extra_conf: tuple[str, ...] = field(default_factory=tuple)
+    #: major.minor of the Slurm that runs the cluster (config keys differ by version)
+    slurm_version: str = "22.05"
+    #: the Debian root the daemons run in (None: the host's Slurm)
+    chroot: str | None = None
 
     @property
     def node_names(self) -> list[str]:
@@ -177,9 +186,22 @@ def pick_free_ports(count: int, rng: random.Random | None = None) -> list[int]:
     raise OSError(f"could not find {count} free TCP ports in {lo}-{hi}")
 
 
+def _at_least(version: str, minimum: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(x) for x in version.split(".")[:2]) >= minimum
+    except ValueError:
+        return True
+
+
 def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
-    """slurm.conf text; one key per line. See the module docstring for why each line is there."""
+    """slurm.conf text; one key per line. See the module docstring for why each line is there.
+
+    Version differences: from 23.02 the user signal on preemption is
+    ``PreemptParameters=send_user_signal`` (22.05: ``SlurmctldParameters=preempt_send_user_signal``;
+    each spelling is a fatal parse error on the other side) and ``SwitchType`` is left out.
+    """
     p = paths
+    new = _at_least(s.slurm_version, (23, 2))
     lines = [
         f"ClusterName={s.cluster_name}",
         "SlurmctldHost=localhost",
@@ -206,7 +228,7 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={p.log}/jobcomp.txt",
         "MpiDefault=none",
-        "SwitchType=switch/none",
+        *([] if new else ["SwitchType=switch/none"]),
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill",
@@ -214,7 +236,7 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
         "PriorityType=priority/multifactor",
         "PreemptType=preempt/partition_prio",
         "PreemptMode=REQUEUE",
-        "SlurmctldParameters=preempt_send_user_signal",
+        "PreemptParameters=send_user_signal" if new else "SlurmctldParameters=preempt_send_user_signal",
         "JobRequeue=1",
         f"KillWait={s.kill_wait}",
         f"MinJobAge={s.min_job_age}",
@@ -244,7 +266,11 @@ def render_gres_conf(paths: Paths, s: ClusterSettings) -> str:
     return "".join(f"NodeName={n} Name=gpu File={files}\n" for n in s.node_names)
 
 
-def render_cgroup_conf(paths: Paths) -> str:
+def render_cgroup_conf(paths: Paths, version: str = "22.05") -> str:
+    """24.05+: ``CgroupPlugin=disabled`` (no cgroup plugin at all; 26.05 still accepts the v1
+    trick but warns it is deprecated). Before: cgroup/v1 pinned at an empty private dir."""
+    if _at_least(version, (24, 5)):
+        return "CgroupPlugin=disabled\n"
     return f"CgroupPlugin=cgroup/v1\nCgroupMountpoint={paths.fakecg}\n"
 
 
@@ -281,7 +307,7 @@ def write_config(paths: Paths, s: ClusterSettings) -> None:
     make_fake_gpus(paths, s.gpus_per_node)
     _write(paths.slurm_conf, render_slurm_conf(paths, s))
     _write(paths.gres_conf, render_gres_conf(paths, s))
-    _write(paths.cgroup_conf, render_cgroup_conf(paths))
+    _write(paths.cgroup_conf, render_cgroup_conf(paths, s.slurm_version))
 
 
 def _write(path: Path, text: str) -> None:

@@ -128,21 +128,24 @@ def _launch(argv: list[str], env: dict, startlog: Path, pid_file: Path, log_file
     raise DaemonError(f"{Path(argv[0]).name} wrote no live pid to {pid_file}: {log_tail(log_file)}")
 
 
-def _exe(name: str) -> str:
+def _exe(name: str, bin_dir: Path | None = None) -> str:
+    """``bin_dir/name`` if given and present (a chroot's wrappers), else the host's ``name``."""
+    if bin_dir is not None and os.access(Path(bin_dir) / name, os.X_OK):
+        return str(Path(bin_dir) / name)
     path = find_executable(name)
     if path is None:
         raise DaemonError(f"{name} not found (is Slurm/munge installed?)")
     return path
 
 
-def start_munged(paths: Paths, timeout: float = 10) -> ProcId:
+def start_munged(paths: Paths, timeout: float = 10, bin_dir: Path | None = None) -> ProcId:
     """Create the key if needed, start munged on ``<root>/munge/munge.sock``, wait for the socket."""
     if not paths.munge_key.exists():
-        subprocess.run([_exe("mungekey"), "--create", f"--keyfile={paths.munge_key}"],
+        subprocess.run([_exe("mungekey", bin_dir), "--create", f"--keyfile={paths.munge_key}"],
                        check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout)
     os.chmod(paths.munge_key, 0o600)
     argv = [
-        _exe("munged"),
+        _exe("munged", bin_dir),
         f"--key-file={paths.munge_key}",
         f"--socket={paths.munge_socket}",
         f"--pid-file={paths.pid_file('munged')}",
@@ -159,24 +162,25 @@ def start_munged(paths: Paths, timeout: float = 10) -> ProcId:
     return ident
 
 
-def start_slurmctld(paths: Paths, env: dict, timeout: float = 20) -> ProcId:
-    argv = [_exe("slurmctld"), "-f", str(paths.slurm_conf)]
+def start_slurmctld(paths: Paths, env: dict, timeout: float = 20, bin_dir: Path | None = None) -> ProcId:
+    argv = [_exe("slurmctld", bin_dir), "-f", str(paths.slurm_conf)]
     return _launch(argv, env, paths.log / "slurmctld.start.log", paths.pid_file("slurmctld"),
                    paths.log_file("slurmctld"), timeout)
 
 
-def start_slurmd(paths: Paths, node: str, env: dict, timeout: float = 20) -> ProcId:
-    argv = [_exe("slurmd"), "-f", str(paths.slurm_conf), "-N", node]
+def start_slurmd(paths: Paths, node: str, env: dict, timeout: float = 20,
+                 bin_dir: Path | None = None) -> ProcId:
+    argv = [_exe("slurmd", bin_dir), "-f", str(paths.slurm_conf), "-N", node]
     return _launch(argv, env, paths.log / f"slurmd.{node}.start.log",
                    paths.pid_file(f"slurmd.{node}"), paths.log_file(f"slurmd.{node}"), timeout)
 
 
-def wait_ctld_ready(env: dict, timeout: float) -> None:
+def wait_ctld_ready(env: dict, timeout: float, bin_dir: Path | None = None) -> None:
     """Poll ``scontrol ping`` until the controller answers ``UP``."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        proc = subprocess.run([_exe("scontrol"), "ping"], env=env, capture_output=True,
+        proc = subprocess.run([_exe("scontrol", bin_dir), "ping"], env=env, capture_output=True,
                               text=True, stdin=subprocess.DEVNULL, timeout=10, check=False)
         last = (proc.stdout + proc.stderr).strip()
         if proc.returncode == 0 and "UP" in proc.stdout:
@@ -226,8 +230,9 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _belongs_to_root(pid: int, root: str) -> bool:
-    """A Slurm/munge helper whose cwd or command line lies under ``root``."""
+def _belongs_to_root(pid: int, root: str, also: tuple[str, ...] = ()) -> bool:
+    """A Slurm/munge helper whose cwd or command line lies under ``root`` (or whose cwd lies
+    under one of ``also``: the cluster dir as seen through a chroot's bind mount)."""
     try:
         name = Path(f"/proc/{pid}/comm").read_text().strip()
         if name not in _HELPER_NAMES and not name.startswith("slurmstepd"):
@@ -236,10 +241,22 @@ def _belongs_to_root(pid: int, root: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    return _under(cwd, root) or (root.rstrip("/") + "/") in cmdline
+    return (_under(cwd, root) or any(_under(cwd, a) for a in also)
+            or (root.rstrip("/") + "/") in cmdline)
 
 
-def leftover_pids(root: Path, known: list[ProcId]) -> list[ProcId]:
+def _job_of_cluster(pid: int, conf_entry: bytes) -> bool:
+    """A job process of the cluster: its environment (exported by sbatch) holds our SLURM_CONF and a
+    SLURM_JOB_ID. Finds job processes orphaned when their slurmstepd was stopped (cwd may be anywhere)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # SLURM_JOB_ID too: a user's shell that merely exported our SLURM_CONF is not a job
+    return conf_entry in env and any(e.startswith(b"SLURM_JOB_ID=") for e in env)
+
+
+def leftover_pids(root: Path, known: list[ProcId], also: tuple[str, ...] = ()) -> list[ProcId]:
     """Processes left behind by this cluster's daemons: the daemons themselves, helpers
     (slurmstepd, slurmscriptd) whose cwd/command line lies under ``root``, and every
     descendant of those (the job processes). The caller's own process tree is excluded."""
@@ -247,7 +264,9 @@ def leftover_pids(root: Path, known: list[ProcId]) -> list[ProcId]:
     pids = _all_pids()
     parents = {pid: parent_pid(pid) for pid in pids}
     seeds = {p.pid for p in known if p.alive()}
-    seeds |= {pid for pid in pids if _belongs_to_root(pid, root_s)}
+    seeds |= {pid for pid in pids if _belongs_to_root(pid, root_s, also)}
+    conf_entry = f"SLURM_CONF={root_s}/etc/slurm.conf".encode()
+    seeds |= {pid for pid in pids if pid not in seeds and _job_of_cluster(pid, conf_entry)}
     protected = _own_ancestry()
     found: set[int] = set()
     frontier = seeds - protected

@@ -19,7 +19,12 @@ Facts relied on (Slurm 22.05.8):
   (``JobHeldAdmin``), which only root/the operator can release.
 * A requeued job is PENDING with reason ``BeginTime`` until completion + ``cred_expire`` + 1 s;
   ``scontrol_update(ids, StartTime="now")`` lets it start at the next scheduler pass (<1 s).
-* ``squeue --json`` ignores ``-j``/``-t`` filters (filter here). ``sprio`` lists only
+  Slurm 24.11 kills a restart whose credential dates from the same second as the requeue
+  ("Job credential revoked": the job ends FAILED, 3 of 6 tries): send ``StartTime=now`` or a
+  release only >= 1.1 s after the job is seen PENDING (22.05 and 26.05: 0 of 8 failed).
+* ``squeue --json`` ignores ``-j``/``-t`` filters in 22.05 (filter here); from 23.x it applies
+  them and, like plain ``squeue``, hides finished jobs unless ``--states=all``, so that is
+  always passed (22.05 ignores it). ``sprio`` lists only
   pending, non-held jobs, and omits a job just released from a hold until its priority is
   recomputed (``PriorityCalcPeriod``, default 5 min) or the job is updated again.
 * Priority floor under ``priority/multifactor`` is 1 (a negative SiteFactor cannot push a job
@@ -35,8 +40,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import SlurmError, SlurmTimeout
 from .models import SlurmJob, SlurmNode
-from .parse import (filter_jobs, parse_sbatch_parsable, parse_sinfo_json, parse_sprio_site,
-                    parse_squeue_json)
+from .parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
+                    parse_sprio_site, parse_squeue_meta)
 
 _JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
 _FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -44,6 +49,9 @@ _SIGNAL_RE = re.compile(r"^(SIG)?[A-Z0-9+]+$|^\d+$")
 #: ids per scontrol/scancel call; keeps argv far below ARG_MAX
 BATCH_SIZE = 500
 SIGNAL_SCOPES = ("batch", "full", "steps")
+#: commands that ``bin_dir`` applies to
+SLURM_COMMANDS = frozenset({"squeue", "sinfo", "sprio", "scontrol", "sbatch", "scancel", "srun",
+                            "salloc", "sacct", "sstat", "sdiag", "sshare", "sattach", "sbcast"})
 
 
 def _job_ids(ids: Iterable[int | str]) -> list[str]:
@@ -81,12 +89,21 @@ class SlurmCLI:
     ``SLURM_CONF``). ``timeout`` (seconds) applies per command; on expiry the command is
     killed and :class:`SlurmTimeout` raised. Any non-zero exit raises :class:`SlurmError`.
     ``runner`` replaces ``subprocess.run`` (same keyword arguments), e.g. a fake in tests.
+    ``bin_dir`` (config ``[slurm] bin_dir``): run Slurm's commands from this directory (a
+    site's own install, or the wrappers of ``shockwave cluster up --slurm 24.11``) instead
+    of the first on ``PATH``.
     """
 
     def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30, *,
-                 runner: Callable[..., subprocess.CompletedProcess] | None = None):
+                 runner: Callable[..., subprocess.CompletedProcess] | None = None,
+                 bin_dir: str | os.PathLike | None = None):
         self.env = dict(env or {})
         self.timeout = timeout
+        self.bin_dir = os.fspath(bin_dir) if bin_dir else None
+        #: major.minor of the Slurm answering, as its last JSON output declared ("" = not yet known)
+        self.slurm_version = ""
+        #: where node lists come from: "sinfo" (22.05) or "scontrol" (>= 23.x); None = not yet known
+        self.node_source: str | None = None
         #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
         self.runner = runner or subprocess.run
 
@@ -100,6 +117,8 @@ class SlurmCLI:
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv must be a list of arguments, not a string")
         argv = [str(a) for a in argv]
+        if self.bin_dir and argv and argv[0] in SLURM_COMMANDS:
+            argv[0] = os.path.join(self.bin_dir, argv[0])
         limit = self.timeout if timeout is None else timeout
         try:
             proc = self.runner(argv, env=self.full_env(env), capture_output=True, text=True,
@@ -123,7 +142,9 @@ class SlurmCLI:
         ``job_ids``/``states`` filter on the client. ``with_site_factor`` adds one ``sprio``
         call and fills ``site_factor`` for the pending, non-held jobs it lists.
         """
-        jobs = parse_squeue_json(self.run(["squeue", "--json"]).stdout)
+        jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
+        if meta.version:
+            self.slurm_version = meta.version
         jobs = filter_jobs(jobs, job_ids, states)
         if with_site_factor:
             factors = self.site_factors()
@@ -131,7 +152,22 @@ class SlurmCLI:
         return jobs
 
     def sinfo_nodes(self) -> list[SlurmNode]:
-        return parse_sinfo_json(self.run(["sinfo", "--json"]).stdout)
+        """Every node once: ``sinfo --json`` on 22.05; ``scontrol show nodes --json`` on newer
+        versions, whose ``sinfo --json`` has no per-node list (learned on the first call, or from
+        the version a ``squeue --json`` declared)."""
+        source = self.node_source
+        if source is None and self.slurm_version:
+            source = "sinfo" if self.slurm_version.startswith("22.") else "scontrol"
+        if source != "scontrol":
+            try:
+                nodes = parse_sinfo_json(self.run(["sinfo", "--json"]).stdout)
+                self.node_source = "sinfo"
+                return nodes
+            except NoNodeList:
+                pass
+        nodes = parse_sinfo_json(self.run(["scontrol", "show", "nodes", "--json"]).stdout)
+        self.node_source = "scontrol"
+        return nodes
 
     def site_factors(self) -> dict[int, int]:
         """{job_id: SiteFactor} for pending non-held jobs (``sprio -h -o '%i|%S'``)."""

@@ -1,4 +1,5 @@
-"""Plain, immutable views of Slurm jobs and nodes (built by :mod:`.parse`)."""
+"""Plain, immutable views of Slurm jobs and nodes (built by :mod:`.parse` from the typed
+records of :mod:`.shapes`, for every supported Slurm version)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ FINISHED_STATES = frozenset({
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One job from ``squeue --json`` (Slurm 22.05, OpenAPI v0.0.38).
+    """One job from ``squeue --json`` (Slurm 22.05 / OpenAPI v0.0.38 up to 26.05 / data_parser
+    v0.0.45; see :mod:`.shapes` for what differs).
 
     Times are Unix seconds, ``None`` when Slurm reports 0/unset. ``gpus`` is the total number of
     GPUs requested over all nodes; ``gpus_per_node`` is set only when the request was per node
@@ -27,6 +29,13 @@ class SlurmJob:
     it is ``None`` unless filled from ``sprio`` (see ``SlurmCLI.squeue_jobs``), and ``sprio``
     misses some pending jobs (see :mod:`.parse`), so ``None`` does not mean "no site factor".
     ``time_limit`` is in minutes, ``None`` = not set/unlimited.
+
+    ``state`` is the same word on every version: the base state (PENDING, RUNNING, ...), or
+    COMPLETING/CONFIGURING while that flag is set (22.05 prints only that word; newer versions
+    a list, whose other flags are in ``state_flags``). ``admin_comment`` is Slurm's
+    AdminComment (in ``squeue --json`` of every supported version). ``problem`` is set (one
+    line) when the record could not be fully read: then only ``job_id`` can be trusted and the
+    caller should quarantine the job, not act on it.
     """
 
     job_id: int
@@ -58,6 +67,9 @@ class SlurmJob:
     std_err: str
     time_limit: int | None
     gres_detail: tuple[str, ...] = ()
+    admin_comment: str = ""
+    problem: str | None = None
+    state_flags: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -74,7 +86,8 @@ class SlurmJob:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One node from ``sinfo --json``.
+    """One node from ``sinfo --json`` (22.05) or ``scontrol show nodes --json`` (23.x and newer,
+    whose ``sinfo --json`` has no per-node list).
 
     ``state`` is Slurm's base state in lower case (``idle``, ``mixed``, ``allocated``,
     ``down``, ...); ``state_flags`` holds flags such as ``DRAIN``. ``gpus``/``gpus_used`` come

@@ -1,7 +1,9 @@
-"""Pure parsers for Slurm 22.05 CLI output (``squeue --json``, ``sinfo --json``, ``sprio``).
+"""Pure parsers for Slurm CLI output (``squeue --json``, ``sinfo --json``/``scontrol show nodes
+--json``, ``sprio``) of every supported version (22.05, 24.11, 26.05; shapes in :mod:`.shapes`).
 
 Facts about 22.05.8's JSON (OpenAPI ``v0.0.38``), from outputs recorded in
-``tests/data/slurm/``:
+``tests/data/slurm/22.05/`` (newer versions: numbers as ``{set, infinite, number}``,
+``job_state`` a list, a ``hold`` field, ``squeue -j/-t`` still listing everything):
 
 * ``squeue --json`` ignores ``-t``/``-j``/``-u`` and always lists every job the controller
   still holds, finished ones included (for ``MinJobAge`` seconds); filter on the client.
@@ -22,8 +24,9 @@ Facts about 22.05.8's JSON (OpenAPI ``v0.0.38``), from outputs recorded in
 * Unset times are 0; ``time_limit`` is ``null`` when unset (minutes otherwise).
 * Non-empty ``errors`` means the listing cannot be trusted.
 
-Every parser raises :class:`SlurmError` on anything malformed instead of returning part of
-the list.
+Only a wholly unreadable output raises :class:`SlurmError` (not JSON, ``errors`` non-empty, no
+list): one bad record yields a job with ``problem`` set (or is skipped when even its id is
+unreadable), so the caller can quarantine that job instead of failing the round.
 """
 from __future__ import annotations
 
@@ -31,8 +34,12 @@ import json
 import re
 from typing import Any, Iterable
 
+from pydantic import ValidationError
+
 from .errors import SlurmError, one_line
 from .models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
+from .shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
+                     check_version, job_state_of, log, node_state_of, output_version, warn_once)
 
 _UINT32 = 2 ** 32
 _INT32_MAX = 2 ** 31 - 1
@@ -113,18 +120,17 @@ def _signed32(value: Any) -> int:
     return v - _UINT32 if v > _INT32_MAX else v
 
 
-def _time(value: Any) -> int | None:
-    if value in (None, 0, ""):
-        return None
-    return int(value)
+def _time(value: int | None) -> int | None:
+    return None if not value else int(value)
 
 
-def _str(value: Any) -> str:
-    return "" if value is None else str(value)
+class NoNodeList(SlurmError):
+    """``sinfo --json`` of Slurm >= 23.x: no per-node list (use ``scontrol show nodes --json``)."""
 
 
-def _load(text: str | bytes, what: str, key: str) -> list:
-    """Decode Slurm JSON, check ``errors`` is empty and ``key`` is a list; return it."""
+def _load_data(text: str | bytes, what: str, key: str) -> tuple[list, Meta]:
+    """Decode Slurm JSON, check ``errors`` is empty and ``key`` is a list; return it and the
+    declared version. Only a wholly unreadable output raises :class:`SlurmError`."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="strict")
     try:
@@ -137,113 +143,177 @@ def _load(text: str | bytes, what: str, key: str) -> list:
     if errors:
         raise SlurmError(f"{what}: Slurm reported errors: {one_line(json.dumps(errors))}")
     items = data.get(key)
+    meta = output_version(data)
     if not isinstance(items, list):
+        if key == "nodes" and isinstance(data.get("sinfo"), list):
+            raise NoNodeList(f"{what}: Slurm {meta.release or '>= 23'} `sinfo --json` has no per-node list; "
+                             "read nodes with `scontrol show nodes --json`")
         raise SlurmError(f"{what}: no '{key}' list in output")
-    return items
+    check_version(meta, what)
+    return items, meta
 
 
-def _gpus_of(raw: dict) -> tuple[int, int | None]:
+def _load(text: str | bytes, what: str, key: str) -> list:
+    return _load_data(text, what, key)[0]
+
+
+def _gpus_of(rec: JobRecord) -> tuple[int, int | None]:
     """(total GPUs, GPUs per node or None) of a squeue job record."""
-    nodes = int(raw.get("node_count") or 1)
-    per_node = parse_gpu_count(raw.get("tres_per_node"))
+    nodes = rec.node_count or 1
+    per_node = parse_gpu_count(rec.tres_per_node)
     if per_node is not None:
         return per_node * nodes, per_node
-    per_job = parse_gpu_count(raw.get("tres_per_job"))
+    per_job = parse_gpu_count(rec.tres_per_job)
     if per_job is not None:
         return per_job, None
-    per_task = parse_gpu_count(raw.get("tres_per_task"))
+    per_task = parse_gpu_count(rec.tres_per_task)
     if per_task is not None:
-        return per_task * int(raw.get("tasks") or 1), None
-    for key in ("tres_alloc_str", "tres_req_str"):
-        total = parse_gpu_count(raw.get(key))
+        return per_task * (rec.tasks or 1), None
+    for spec in (rec.tres_alloc_str, rec.tres_req_str):
+        total = parse_gpu_count(spec)
         if total is not None:
             return total, None
     return 0, None
 
 
-def job_from_dict(raw: dict) -> SlurmJob:
-    """Build a :class:`SlurmJob` from one ``squeue --json`` record; raise on malformed input."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("job_id"), int):
-        raise SlurmError(f"squeue --json: job record without an integer job_id: {one_line(repr(raw)[:200])}")
+def _validation_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "record"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _problem_job(job_id: int, raw: dict, problem: str) -> SlurmJob:
+    """A stand-in for a record that could not be read: only the id is trusted."""
+    def text(key: str) -> str:
+        v = raw.get(key)
+        return v if isinstance(v, str) else ""
+    return SlurmJob(
+        job_id=job_id, name=text("name"), user=text("user_name"), user_id=None, account=text("account"),
+        partition=text("partition"), state="UNKNOWN", state_reason="", gpus=0, gpus_per_node=None,
+        num_nodes=1, nodes="", priority=0, nice=0, submit_time=None, eligible_time=None,
+        start_time=None, end_time=None, restart_count=0, comment=text("comment"), requeue=False,
+        held=False, site_factor=None, command="", working_dir="", std_out="", std_err="",
+        time_limit=None, admin_comment=text("admin_comment"), problem=one_line(problem, 300))
+
+
+def job_from_record(rec: JobRecord) -> SlurmJob:
+    state, flags = job_state_of(rec.job_state)
+    reason = rec.state_reason
+    priority = rec.priority or 0
+    gpus, gpus_per_node = _gpus_of(rec)
+    held = bool(rec.hold) and state not in FINISHED_STATES
+    held = held or (state == "PENDING" and (reason in HELD_REASONS or priority == 0))
+    held = held or (state not in FINISHED_STATES and reason in HELD_REASONS)
+    return SlurmJob(
+        job_id=rec.job_id, name=rec.name, user=rec.user_name, user_id=rec.user_id,
+        account=rec.account, partition=rec.partition, state=state, state_reason=reason,
+        gpus=gpus, gpus_per_node=gpus_per_node, num_nodes=rec.node_count or 1, nodes=rec.nodes,
+        priority=priority, nice=_signed32(rec.nice), submit_time=_time(rec.submit_time),
+        eligible_time=_time(rec.eligible_time), start_time=_time(rec.start_time),
+        end_time=_time(rec.end_time), restart_count=rec.restart_cnt or 0, comment=rec.comment,
+        requeue=bool(rec.requeue), held=held, site_factor=None, command=rec.command,
+        working_dir=rec.current_working_directory, std_out=rec.standard_output,
+        std_err=rec.standard_error, time_limit=rec.time_limit, gres_detail=tuple(rec.gres_detail),
+        admin_comment=rec.admin_comment, problem=None, state_flags=flags,
+    )
+
+
+def job_from_dict(raw: Any, meta: Meta | None = None) -> SlurmJob | None:
+    """A :class:`SlurmJob` from one ``squeue --json`` record of any supported version.
+
+    A record that cannot be read gives a job with ``problem`` set if its ``job_id`` is a
+    positive integer, else ``None`` (logged); it never raises.
+    """
+    meta = meta or Meta()
+    if not isinstance(raw, dict):
+        warn_once(f"squeue-record:{type(raw).__name__}", f"squeue --json: skipped a record that is not an object: "
+                  f"{one_line(repr(raw)[:120])}")
+        return None
+    check_job_fields(raw, meta)
     try:
-        state = _str(raw.get("job_state")).upper()
-        reason = _str(raw.get("state_reason"))
-        priority = int(raw.get("priority") or 0)
-        gpus, gpus_per_node = _gpus_of(raw)
-        held = state == "PENDING" and (reason in HELD_REASONS or priority == 0)
-        held = held or (state not in FINISHED_STATES and reason in HELD_REASONS)
-        return SlurmJob(
-            job_id=raw["job_id"],
-            name=_str(raw.get("name")),
-            user=_str(raw.get("user_name")),
-            user_id=raw.get("user_id"),
-            account=_str(raw.get("account")),
-            partition=_str(raw.get("partition")),
-            state=state,
-            state_reason=reason,
-            gpus=gpus,
-            gpus_per_node=gpus_per_node,
-            num_nodes=int(raw.get("node_count") or 1),
-            nodes=_str(raw.get("nodes")),
-            priority=priority,
-            nice=_signed32(raw.get("nice")),
-            submit_time=_time(raw.get("submit_time")),
-            eligible_time=_time(raw.get("eligible_time")),
-            start_time=_time(raw.get("start_time")),
-            end_time=_time(raw.get("end_time")),
-            restart_count=int(raw.get("restart_cnt") or 0),
-            comment=_str(raw.get("comment")),
-            requeue=bool(raw.get("requeue")),
-            held=held,
-            site_factor=None,
-            command=_str(raw.get("command")),
-            working_dir=_str(raw.get("current_working_directory")),
-            std_out=_str(raw.get("standard_output")),
-            std_err=_str(raw.get("standard_error")),
-            time_limit=raw.get("time_limit"),
-            gres_detail=tuple(_str(g) for g in raw.get("gres_detail") or ()),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SlurmError(f"squeue --json: malformed record for job {raw.get('job_id')}: {exc}") from exc
+        return job_from_record(JobRecord.model_validate(raw))
+    except ValidationError as exc:
+        problem = f"unreadable squeue record (Slurm {meta.release or '?'}): {_validation_line(exc)}"
+    except (TypeError, ValueError, OverflowError) as exc:
+        problem = f"unreadable squeue record (Slurm {meta.release or '?'}): {exc}"
+    job_id = raw.get("job_id")
+    if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+        log.warning("squeue --json: job %s: %s", job_id, problem)
+        return _problem_job(job_id, raw, problem)
+    log.warning("squeue --json: skipped a record without a readable job_id: %s", problem)
+    return None
 
 
 def parse_squeue_json(text: str | bytes) -> list[SlurmJob]:
-    """All jobs in ``squeue --json`` output, in Slurm's order. Raises SlurmError if malformed."""
-    return [job_from_dict(raw) for raw in _load(text, "squeue --json", "jobs")]
+    """All jobs in ``squeue --json`` output (any supported version), in Slurm's order.
+
+    Raises SlurmError only for a wholly unreadable output (not JSON, ``errors`` non-empty, no
+    ``jobs`` list); a bad record becomes a job with ``problem`` set, or is skipped (logged).
+    """
+    return parse_squeue_meta(text)[0]
 
 
-def node_from_dict(raw: dict) -> SlurmNode:
-    if not isinstance(raw, dict) or not raw.get("name"):
-        raise SlurmError(f"sinfo --json: node record without a name: {one_line(repr(raw)[:200])}")
+def parse_squeue_meta(text: str | bytes) -> tuple[list[SlurmJob], Meta]:
+    """:func:`parse_squeue_json` plus the version the output declares."""
+    items, meta = _load_data(text, "squeue --json", "jobs")
+    jobs = (job_from_dict(raw, meta) for raw in items)
+    return [j for j in jobs if j is not None], meta
+
+
+def squeue_version(text: str | bytes) -> str:
+    """Major.minor that an output declares (``""`` if none); never raises."""
     try:
-        return SlurmNode(
-            name=_str(raw["name"]),
-            state=_str(raw.get("state")).lower(),
-            state_flags=tuple(_str(f).upper() for f in raw.get("state_flags") or ()),
-            gpus=parse_gpu_count(raw.get("gres")) or 0,
-            gpus_used=parse_gpu_count(raw.get("gres_used")) or 0,
-            cpus=int(raw.get("cpus") or 0),
-            alloc_cpus=int(raw.get("alloc_cpus") or 0),
-            partitions=tuple(_str(p) for p in raw.get("partitions") or ()),
-            reason=_str(raw.get("reason")),
-            address=_str(raw.get("address")),
-            port=raw.get("port"),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SlurmError(f"sinfo --json: malformed record for node {raw.get('name')}: {exc}") from exc
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return ""
+    return output_version(data).version if isinstance(data, dict) else ""
+
+
+def node_from_dict(raw: Any, meta: Meta | None = None) -> SlurmNode | None:
+    """A :class:`SlurmNode` from a 22.05 ``sinfo --json`` or newer ``scontrol show nodes --json``
+    record; ``None`` (logged) if it cannot be read."""
+    meta = meta or Meta()
+    if not isinstance(raw, dict):
+        log.warning("nodes --json: skipped a record that is not an object")
+        return None
+    check_node_fields(raw, meta)
+    try:
+        rec = NodeRecord.model_validate(raw)
+    except ValidationError as exc:
+        log.warning("nodes --json: skipped unreadable node %r: %s", raw.get("name"), _validation_line(exc))
+        return None
+    state, flags = node_state_of(rec.state, rec.state_flags)
+    return SlurmNode(
+        name=rec.name, state=state, state_flags=flags,
+        gpus=parse_gpu_count(rec.gres) or 0, gpus_used=parse_gpu_count(rec.gres_used) or 0,
+        cpus=rec.cpus or 0, alloc_cpus=rec.alloc_cpus or 0, partitions=tuple(rec.partitions),
+        reason=rec.reason, address=rec.address, port=rec.port,
+    )
 
 
 def parse_sinfo_json(text: str | bytes) -> list[SlurmNode]:
-    """Nodes in ``sinfo --json`` output, one per node name (first record kept)."""
+    """Nodes in 22.05's ``sinfo --json`` or a newer ``scontrol show nodes --json``, one per
+    node name (first record kept). A node that cannot be read is skipped (logged); a wholly
+    unreadable output, or one without any readable node although it lists some, raises."""
+    items, meta = _load_data(text, "nodes --json", "nodes")
     nodes: dict[str, SlurmNode] = {}
-    for raw in _load(text, "sinfo --json", "nodes"):
-        node = node_from_dict(raw)
-        nodes.setdefault(node.name, node)
+    for raw in items:
+        node = node_from_dict(raw, meta)
+        if node is not None:
+            nodes.setdefault(node.name, node)
+    if items and not nodes:
+        raise SlurmError(f"nodes --json: none of the {len(items)} node records could be read")
     return list(nodes.values())
 
 
+parse_nodes_json = parse_sinfo_json
+
+
 def parse_sprio_site(text: str) -> dict[int, int]:
-    """``sprio -h -o '%i|%S'`` -> {job_id: site factor}. Raises on a malformed line."""
+    """``sprio -h -o '%i|%S'`` -> {job_id: site factor} (rows checked by :class:`SprioRow`). A
+    malformed line means the format is not the one asked for: raises."""
     out: dict[int, int] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -253,9 +323,11 @@ def parse_sprio_site(text: str) -> dict[int, int]:
         if len(parts) != 2 or not parts[0].isdigit():
             raise SlurmError(f"sprio: cannot parse line {line!r}")
         try:
-            out[int(parts[0])] = int(float(parts[1]))
-        except ValueError as exc:
+            factor = float(parts[1])
+            row = SprioRow(job_id=int(parts[0]), site_factor=int(factor) if factor.is_integer() else factor)
+        except (ValueError, OverflowError, ValidationError) as exc:
             raise SlurmError(f"sprio: cannot parse line {line!r}") from exc
+        out[row.job_id] = row.site_factor
     return out
 
 

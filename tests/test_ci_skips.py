@@ -1,0 +1,30 @@
+"""Under CI=true a skipped test fails the run (tests/conftest.py), so a green CI run means the Slurm tests ran."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_pytest(tmp_path, ci: str | None):
+    test = tmp_path / "test_probe_skip.py"
+    test.write_text("import pytest\n\ndef test_needs_slurm():\n    pytest.skip('no Slurm here')\n")
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text()
+                                          .replace('pytest_plugins = ["tests.slurm_fixtures"]', ""))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_skip_fails_under_ci(tmp_path):
+    r = run_pytest(tmp_path, "true")
+    assert r.returncode == 1, r.stdout
+    assert "skipped under CI=true" in r.stdout and "no Slurm here" in r.stdout
+
+
+def test_a_skip_is_a_skip_outside_ci(tmp_path):
+    r = run_pytest(tmp_path, None)
+    assert r.returncode == 0 and "1 skipped" in r.stdout, r.stdout

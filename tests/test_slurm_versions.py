@@ -1,0 +1,224 @@
+"""What the enactor relies on, checked on a real cluster of each Slurm version.
+
+Runs once per version in ``SHOCKWAVE_TEST_SLURM``; by default on the host's Slurm and on every
+version whose Debian root is already built under ``/var/cache/shockwave/roots`` (``.ci/setup``
+builds them; ``shockwave cluster build-root --slurm 24.11``). Explicitly::
+
+    SHOCKWAVE_TEST_SLURM=22.05,24.11,26.05 .venv/bin/python -m pytest -q -p no:cacheprovider \\
+        tests/test_slurm_versions.py
+
+Newer versions run from a Debian root (see ``slurm_shockwave.localcluster.chroot``), so jobs are
+submitted as root; on them the short demo (Shockwave run) also runs end to end. Every wait is a poll
+with a generous timeout; nothing asserts a duration.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_shockwave.localcluster.chroot import host_version
+from slurm_shockwave.slurmcli import SlurmCLI
+from tests.slurm_fixtures import ODD_COMMENT, job_state, settle_after_requeue, version_test_versions, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def lab(versions_cluster):
+    """(cluster, cli, workdir); every job is cancelled afterwards."""
+    work = Path(versions_cluster.root) / "work"
+    work.mkdir(exist_ok=True)
+    work.chmod(0o777)
+    cli = versions_cluster.cli
+    yield versions_cluster, cli, work
+    active = [j.job_id for j in cli.squeue_jobs() if not j.finished]
+    if active:
+        cli.cancel(active)
+        wait_for(lambda: not [j for j in cli.squeue_jobs(job_ids=active)
+                              if j.state in ("RUNNING", "COMPLETING", "CONFIGURING")],
+                 timeout=30, what="jobs to leave the nodes")
+
+
+def submit(cli: SlurmCLI, work: Path, *args: str, wrap: str = "sleep 300") -> int:
+    out = cli.run(["sbatch", "--parsable", "-D", str(work), "-o", str(work / "out.%j"), *args,
+                   "--wrap", wrap]).stdout
+    return int(out.strip().split(";")[0])
+
+
+def state_of(cli: SlurmCLI, job_id: int):
+    job = job_state(cli, job_id)
+    assert job is not None, f"job {job_id} vanished from squeue"
+    assert job.problem is None, job.problem
+    return job
+
+
+def test_version_is_the_one_asked_for(lab):
+    cluster, cli, _ = lab
+    cli.squeue_jobs()
+    assert cli.slurm_version == cluster.slurm_version
+    version = cluster.run(["sinfo", "-V"]).stdout.split()[-1]
+    assert version.startswith(cluster.slurm_version)
+
+
+def test_nodes_report_gpu_capacity_and_use(lab):
+    cluster, cli, work = lab
+    nodes = cli.sinfo_nodes()
+    assert sorted(n.name for n in nodes) == ["node1", "node2"]
+    assert all(n.gpus == 4 and n.available for n in nodes)
+    job = submit(cli, work, "--gres=gpu:3")
+    wait_for(lambda: state_of(cli, job).running, what="job running")
+    used = wait_for(lambda: sum(n.gpus_used for n in cli.sinfo_nodes()) or None, what="gpus_used")
+    assert used == 3
+    assert sum(n.gpus_free for n in cli.sinfo_nodes()) == 5
+
+
+def test_pending_running_held_and_site_factor(lab):
+    cluster, cli, work = lab
+    big = submit(cli, work, "-N", "2", "--gres=gpu:4")               # fills all 8 GPUs
+    wait_for(lambda: state_of(cli, big).running, what="big job running")
+    waiting = submit(cli, work, "--gres=gpu:1")
+    held = submit(cli, work, "--gres=gpu:1")
+    cli.hold([held])
+    cli.scontrol_update([waiting], SiteFactor=5000)
+    j = state_of(cli, waiting)
+    assert (j.state, j.held, j.gpus, j.gpus_per_node) == ("PENDING", False, 1, 1)
+    assert j.priority >= 5000                                       # priority reflects SiteFactor at once
+    h = state_of(cli, held)
+    assert (h.state, h.held, h.priority, h.state_reason) == ("PENDING", True, 0, "JobHeldAdmin")
+    r = state_of(cli, big)
+    assert (r.gpus, r.gpus_per_node, r.num_nodes) == (8, 4, 2) and r.gres_detail
+    factors = wait_for(lambda: cli.site_factors().get(waiting) is not None and cli.site_factors(),
+                       timeout=20, what="sprio to list the job")
+    assert factors[waiting] == 5000 and held not in factors
+    with_site = {x.job_id: x.site_factor for x in cli.squeue_jobs(with_site_factor=True)}
+    assert with_site[waiting] == 5000
+    cli.release([held])
+    assert not state_of(cli, held).held
+    cli.scontrol_update([waiting], SiteFactor=0)
+    assert state_of(cli, waiting).priority < 5000
+
+
+def test_admin_comment_written_and_read_back(lab):
+    cluster, cli, work = lab
+    job = submit(cli, work, "--gres=gpu:1", "--begin=now+3600")
+    mark = "shockwave: deferred, planned at 14:32 " + ODD_COMMENT
+    cli.scontrol_update([job], AdminComment=mark)
+    assert state_of(cli, job).admin_comment == mark
+    cli.scontrol_update([job], AdminComment="")
+    assert state_of(cli, job).admin_comment == ""
+
+
+def test_hold_release_and_requeuehold_reasons(lab):
+    cluster, cli, work = lab
+    later = submit(cli, work, "--gres=gpu:1", "--begin=now+3600")
+    cli.hold([later])
+    j = state_of(cli, later)
+    assert (j.held, j.priority, j.state_reason) == (True, 0, "JobHeldAdmin")
+    cli.release([later])
+    j = state_of(cli, later)
+    assert not j.held and j.state == "PENDING" and j.priority > 0
+    run = submit(cli, work, "--gres=gpu:2", "--requeue")
+    wait_for(lambda: state_of(cli, run).running, what="job running")
+    cli.requeue([run], hold=True)
+    j = wait_for(lambda: (x := state_of(cli, run)).state == "PENDING" and x, what="requeuehold pending")
+    assert j.held and j.restart_count == 1
+    assert j.state_reason in ("job_requeued_in_held_state", "JobHeldUser")
+    wait_for(lambda: state_of(cli, run).state_reason == "JobHeldUser", what="user hold after requeuehold")
+    cli.hold([run])                                                 # turn it into an admin hold
+    assert state_of(cli, run).state_reason == "JobHeldAdmin"
+    settle_after_requeue()
+    cli.release([run])
+    wait_for(lambda: state_of(cli, run).running, timeout=40, what="released job to run again")
+
+
+def test_requeue_delay_and_start_time_now(lab):
+    cluster, cli, work = lab
+    job = submit(cli, work, "--gres=gpu:2", "--requeue")
+    wait_for(lambda: state_of(cli, job).running, what="job running")
+    cli.requeue([job])
+    # only once the job is exactly PENDING, and not in the same second as the requeue: 24.11 kills a
+    # restart whose credential is that young ("Job credential revoked", job FAILED)
+    j = wait_for(lambda: (x := state_of(cli, job)).state == "PENDING" and x, timeout=30, what="requeued pending")
+    assert j.restart_count == 1 and not j.held
+    assert j.state_reason in ("BeginTime", "None", "Priority", "Resources")
+    settle_after_requeue()
+    cli.scontrol_update([job], StartTime="now")
+    j = wait_for(lambda: (x := state_of(cli, job)).running and x, timeout=30, what="restart after StartTime=now")
+    assert j.restart_count == 1
+
+
+@pytest.mark.parametrize("scope", ["batch", "full"])
+def test_scancel_signal_forms_reach_the_job(lab, scope):
+    cluster, cli, work = lab
+    flag = work / f"sig-{scope}-{time.monotonic_ns()}"
+    script = f"trap 'echo got >> {flag}' USR1; echo ready > {flag}.ready; while :; do sleep 0.2; done"
+    job = submit(cli, work, "--gres=gpu:1", wrap=script)
+    wait_for(lambda: Path(f"{flag}.ready").exists(), timeout=30, what="job script started")
+    cli.signal([job], "USR1", scope=scope)
+    wait_for(lambda: flag.exists() and "got" in flag.read_text(), timeout=20, what=f"USR1 via --{scope}")
+    assert state_of(cli, job).running                               # a trapped signal does not end it
+
+
+@pytest.mark.parametrize("version", version_test_versions())
+def test_cluster_cli_up_down_leaves_nothing(version):
+    """`shockwave cluster up --slurm V` / `down`: nodes idle with GPUs; afterwards no daemon, no job
+    process and no mount of that cluster is left."""
+    import json
+
+    from click.testing import CliRunner
+
+    from slurm_shockwave.cli.main import cli
+    from slurm_shockwave.localcluster.daemons import ProcId
+    from tests.slurm_fixtures import ROOTS_DIR, make_root
+
+    root = make_root("shockwave-cli-")
+    try:
+        r = CliRunner().invoke(cli, ["cluster", "up", "--root", str(root), "--slurm", version, "--roots-dir",
+                                     ROOTS_DIR, "--nodes", "1", "--gpus-per-node", "2", "--json"])
+        assert r.exit_code == 0, r.output
+        up = json.loads(r.output)
+        assert up["slurm_version"] == version and up["status"]["nodes"]["node1"]["gpus"] == 2
+        state = json.loads((root / "cluster.json").read_text())
+        procs = [ProcId.from_json(v) for v in state["daemons"].values()]
+        down = CliRunner().invoke(cli, ["cluster", "down", "--root", str(root), "--json"])
+        assert down.exit_code == 0 and json.loads(down.output)["still_alive"] == []
+        assert not any(p.alive() for p in procs)
+        assert f"{root} " not in Path("/proc/self/mountinfo").read_text()   # its bind mount is gone
+    finally:
+        from slurm_shockwave.localcluster import LocalCluster
+        LocalCluster(root).down()
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("version", [v for v in version_test_versions() if v != (host_version() or "22.05")])
+def test_short_demo_on_other_version(version):
+    """`shockwave demo --short --slurm V` (Shockwave run only): every job trains to its last epoch on Slurm V
+    run from its Debian root, and the demo leaves no daemon and no mount behind."""
+    import json
+
+    from click.testing import CliRunner
+
+    from slurm_shockwave.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["demo", "--short", "--shockwave-only", "--json", "--slurm", version,
+                                 "--round-seconds", "5", "--timeout", "300"])
+    assert r.exit_code == 0, r.output[-2000:]
+    res = json.loads(r.output[r.output.index("{"):])
+    assert res["where"] == "slurm"
+    run = res["runs"]["shockwave"]
+    assert run["real"]["completed"] == run["real"]["jobs"] == 5
+    assert all(j["state"] == "COMPLETED" for j in run["jobs"])
+    assert all(j["epochs"].split("/")[0] == j["epochs"].split("/")[1] for j in run["jobs"])
+    assert str(res["root"]) not in Path("/proc/self/mountinfo").read_text()
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(res["root"]))]
+    assert leftovers == [], "the demo left processes running"
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text.encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
