@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Example Shockwave-managed training program: a small CNN on synthetic CIFAR-shaped data.
 
-Runs on CPU (about a minute with the defaults).  Every epoch it reports through
-``slurm_shockwave.wrapper.api`` and checkpoints; on the checkpoint signal (SIGUSR1 from
+Runs on CPU (about a minute with the defaults).  A ``slurm_shockwave.wrapper.Training`` object owns
+reporting and checkpointing: it restores, reports every epoch and checkpoints; on the checkpoint signal (SIGUSR1 from
 ``--signal=B:USR1@grace``, or SIGTERM from ``scontrol requeue``) it checkpoints *mid-epoch*
 and exits; when restarted (``SLURM_RESTART_COUNT`` > 0) it resumes from the checkpoint at the
 same epoch and step (the data order is a pure function of seed and epoch), so no epoch is
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import resource
 import sys
 import time
@@ -88,89 +87,97 @@ def lr_for(bs, a):
     return a.lr * math.sqrt(bs / a.batch_size)
 
 
+class CNNJob:
+    """Everything a restart needs, saved by ``state_dict`` and restored by ``load_state_dict``: the
+    ``Training`` object decides when (after every epoch, and mid-epoch on the checkpoint signal)."""
+
+    def __init__(self, a, model, opt, gns, acc):
+        self.model, self.opt, self.gns, self.acc = model, opt, gns, acc
+        self.step, self.bs, self.elapsed, self.seen = 0, a.batch_size, 0.0, 0
+
+    def state_dict(self):
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "gns": self.gns.state_dict(),
+                "acc": self.acc.state_dict(), "step": self.step, "bs": self.bs, "elapsed": self.elapsed,
+                "seen": self.seen}
+
+    def load_state_dict(self, st):
+        self.model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["opt"])
+        self.gns.load_state_dict(st["gns"])
+        self.acc.load_state_dict(st["acc"])
+        self.step, self.bs, self.elapsed, self.seen = st["step"], st["bs"], st["elapsed"], st["seen"]
+
+
 def main(argv=None):
     a = parse_args(argv)
     import torch
-    from slurm_shockwave.wrapper import api
-    from slurm_shockwave.wrapper.checkpoint import CheckpointManager
+    from slurm_shockwave.wrapper import Training, api
     from slurm_shockwave.wrapper.torch_helpers import (AccordionDetector, GNSEstimator,
                                                        grad_sq_norm, measure_step)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     rep = api.get_reporter()  # installs the checkpoint-signal handlers first thing
-    rep.configure(total_epochs=a.epochs, samples_per_epoch=a.samples,
-                  min_batch_size=a.batch_size, max_batch_size=a.max_batch_size)
     x, y = make_data(a.samples, a.seed)
     model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    job = CNNJob(a, model, torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9),
+                 GNSEstimator(ema=0.9, min_updates=10),
+                 AccordionDetector(a.batch_size, a.max_batch_size, 0.5, a.accordion_interval))
     loss_fn = torch.nn.CrossEntropyLoss()
-    gns = GNSEstimator(ema=0.9, min_updates=10)
-    acc = AccordionDetector(a.batch_size, a.max_batch_size, 0.5, a.accordion_interval)
-    ckpt = CheckpointManager(a.checkpoint_dir or os.environ.get("SHOCKWAVE_CHECKPOINT_DIR")
-                             or "checkpoints", reporter=rep)
-    st = ckpt.load()
-    if st is None:
-        epoch, step, bs, elapsed, seen = 0, 0, a.batch_size, 0.0, 0
-    else:
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        gns.load_state_dict(st["gns"])
-        acc.load_state_dict(st["acc"])
-        epoch, step, bs = st["epoch"], st["step"], st["bs"]
-        elapsed, seen = st["elapsed"], st["seen"]
-    print(f"[train_cnn] mode={a.mode} restart={rep.restart} resume epoch={epoch} step={step} "
-          f"bs={bs}", flush=True)
-
-    def save(epochs_done):
-        ckpt.save({"model": model.state_dict(), "opt": opt.state_dict(), "gns": gns.state_dict(),
-                   "acc": acc.state_dict(), "epoch": epoch, "step": step, "bs": bs,
-                   "elapsed": elapsed, "seen": seen}, epochs_done=epochs_done)
-
-    while epoch < a.epochs:
-        for group in opt.param_groups:
+    # one object owns reporting and checkpointing: it restores the last checkpoint now, reports every epoch
+    # with the total (so shockwave-run knows when training is finished), saves after every epoch, and on
+    # the checkpoint signal saves and ends the loop (shockwave-run then requeues the job)
+    run = Training(job, total_epochs=a.epochs, samples_per_epoch=a.samples, batch_size=a.batch_size,
+                   min_batch_size=a.batch_size, max_batch_size=a.max_batch_size,
+                   checkpoint_dir=a.checkpoint_dir, reporter=rep)
+    print(f"[train_cnn] mode={a.mode} restart={rep.restart} resume epoch={run.start_epoch} step={job.step} "
+          f"bs={job.bs}", flush=True)
+    for epoch in run.epochs():
+        bs = job.bs
+        for group in job.opt.param_groups:
             group["lr"] = lr_for(bs, a)
         perm = torch.randperm(a.samples, generator=torch.Generator().manual_seed(
             a.seed * 100003 + epoch))
         steps = math.ceil(a.samples / bs)
         t0 = time.monotonic()
         loss_sum = 0.0
-        while step < steps:
-            idx = perm[step * bs:(step + 1) * bs]
+        while job.step < steps:
+            idx = perm[job.step * bs:(job.step + 1) * bs]
             xb, yb = x[idx], y[idx]
             if a.mode == "gns" and len(idx) >= 2:
                 loss, s_sq, s_bs, b_sq, b_bs = measure_step(model, loss_fn, xb, yb, 2)
-                gns.update(s_sq, s_bs, b_sq, b_bs)
+                job.gns.update(s_sq, s_bs, b_sq, b_bs)
             else:
-                opt.zero_grad(set_to_none=True)
+                job.opt.zero_grad(set_to_none=True)
                 out = loss_fn(model(xb), yb)
                 out.backward()
                 loss = float(out.detach())
             if a.mode == "accordion":
-                acc.observe(math.sqrt(grad_sq_norm(model.parameters())))
-            opt.step()
+                job.acc.observe(math.sqrt(grad_sq_norm(model.parameters())))
+            job.opt.step()
             loss_sum += loss
-            step += 1
-            seen += len(idx)
+            job.step += 1
+            job.seen += len(idx)
             if a.step_sleep:
                 time.sleep(a.step_sleep)
-            if rep.should_checkpoint() and step < steps:
-                elapsed += time.monotonic() - t0
-                save(epoch)
-                print(f"[train_cnn] checkpoint on signal at epoch {epoch} step {step}", flush=True)
-                return 0
-        elapsed += time.monotonic() - t0
-        rep.report_epoch(epoch, bs, seen, elapsed, gns=gns.gns if a.mode == "gns" else None,
-                         peak_mem_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            if run.should_checkpoint() and job.step < steps:
+                break                                   # mid-epoch: the loop saves this position and stops
+        job.elapsed += time.monotonic() - t0
+        if job.step < steps:
+            print(f"[train_cnn] checkpoint on signal at epoch {epoch} step {job.step}", flush=True)
+            break                                       # leaving mid-epoch: Training saves this position
+        run.report(batch_size=bs, samples=job.seen, duration_s=job.elapsed,
+                   gns=job.gns.gns if a.mode == "gns" else None,
+                   peak_mem_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         print(f"[train_cnn] epoch {epoch} bs={bs} steps={steps} loss={loss_sum / steps:.3f} "
-              f"time={elapsed:.2f}s", flush=True)
+              f"time={job.elapsed:.2f}s", flush=True)
         new_bs = bs
         if epoch + 1 < a.epochs:
-            new_bs = next_batch_size(a, epoch, bs, gns, acc, rep)
-        epoch, step, bs, elapsed, seen = epoch + 1, 0, new_bs, 0.0, 0
-        save(epoch)
-        if rep.should_checkpoint() and epoch < a.epochs:
-            print(f"[train_cnn] checkpoint on signal at end of epoch {epoch - 1}", flush=True)
-            return 0
+            new_bs = next_batch_size(a, epoch, bs, job.gns, job.acc, rep)
+        job.step, job.bs, job.elapsed, job.seen = 0, new_bs, 0.0, 0   # what the save after this epoch holds
+        if run.should_checkpoint() and epoch + 1 < a.epochs:
+            print(f"[train_cnn] checkpoint on signal at end of epoch {epoch}", flush=True)
+    if run.stopped_early:
+        return 0
     print("[train_cnn] done", flush=True)
     return 0
 

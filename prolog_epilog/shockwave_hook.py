@@ -2,7 +2,8 @@
 """Shockwave Slurm hook: Prolog, Epilog, PrologSlurmctld and EpilogSlurmctld in one script.
 
 Appends schema-v1 events (docs/event-schema.md) for Shockwave-managed jobs to
-``<store>/_system/<jobid>.jsonl`` with one O_APPEND write per line:
+``<store>/_system/<jobid>.jsonl`` with one O_APPEND write per line, and (prologs, as root) creates the
+job user's directory ``<store>/users/<uid>/`` owned by that user:
 
 * prolog_slurmd / prolog_slurmctld  -> ``prolog_start``
 * epilog_slurmd / epilog_slurmctld  -> ``epilog_end`` (exit code, signal) and, when the
@@ -159,15 +160,65 @@ def count_gpus(env):
     return len([x for x in val.split(",") if x.strip()]) if val else None
 
 
+def load_is_marked():
+    """(H-safety) THE marker rule, `is_marked` of slurm_shockwave/hints.py (standard library only), loaded
+    from ``shockwave_hints.py`` next to this file (install copies it there) or from the source checkout;
+    trusted like the config file (a regular file owned by root/us, not writable by group/others)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "shockwave_hints.py"), os.path.join(here, "..", "slurm_shockwave", "hints.py")):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                continue
+            ns = {"__name__": "shockwave_hints"}
+            exec(compile(fh.read(), path, "exec"), ns)
+            return ns["is_marked"]
+    return None
+
+
 def is_managed(env, conf, store, job_id, sys_file):
     if conf.get("SHOCKWAVE_HOOK_ALL_JOBS", "0").strip().lower() in ("1", "yes", "true"):
         return True
-    marker = conf.get("SHOCKWAVE_MARKER", "shockwave").lower()
-    comment = env.get("SLURM_JOB_COMMENT", "").lower()
-    if marker and re.search(r"(?<![a-z0-9_])%s(?![a-z0-9_])" % re.escape(marker), comment):
+    marker = conf.get("SHOCKWAVE_MARKER", "shockwave")
+    is_marked = load_is_marked()
+    if is_marked is not None and is_marked(env.get("SLURM_JOB_COMMENT", ""), marker):
         return True
     # slurmctld-side hooks get no comment: the job is known if it already has files
-    return os.path.lexists(sys_file) or os.path.isdir(os.path.join(store, job_id))
+    uid = to_int(env.get("SLURM_JOB_UID"))
+    return os.path.lexists(sys_file) or (uid is not None and uid >= 0 and os.path.isdir(
+        os.path.join(store, "users", str(uid), job_id)))
+
+
+def provision_user_dir(store, env):
+    """``<store>/users/<uid>`` owned by the job's user (mode 0755), created by us (root) before the job
+    runs: only root creates entries in ``<store>`` and ``users/``, so no user can pre-create a path
+    another user's job needs.  Refuses a ``users`` dir not owned by root/us or writable by others, and
+    an existing user dir owned by someone else (logged; the job then runs without events)."""
+    uid, gid = to_int(env.get("SLURM_JOB_UID")), to_int(env.get("SLURM_JOB_GID"))
+    if uid is None or uid < 0 or os.geteuid() != 0:
+        return None
+    users = os.path.join(store, "users")
+    try:
+        os.mkdir(users, 0o755)
+    except FileExistsError:
+        pass
+    st = os.lstat(users)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return "unsafe %s (owner %d, mode %o)" % (users, st.st_uid, stat.S_IMODE(st.st_mode))
+    d = os.path.join(users, str(uid))
+    try:
+        os.mkdir(d, 0o755)
+        os.chown(d, uid, gid if gid is not None and gid >= 0 else -1)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
+    return None
 
 
 def build_events(env, job_id, context, tail):
@@ -214,6 +265,10 @@ def main(env):
     sys_file = os.path.join(d, job_id + ".jsonl")
     if not is_managed(env, conf, store, job_id, sys_file):
         return
+    if context.startswith("prolog"):
+        problem = provision_user_dir(store, env)
+        if problem:
+            log(conf, "job %s: %s; the job's events cannot be written" % (job_id, problem))
     tail = read_tail(sys_file) if context.startswith("epilog") else []
     for rec in build_events(env, job_id, context, tail):
         append(sys_file, rec)

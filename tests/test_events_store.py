@@ -71,12 +71,14 @@ def test_1000_concurrent_appenders_lose_nothing(store):
     for p in ps:
         p.join(60)
         assert p.exitcode == 0
-    raw = (store / "42" / "events.jsonl").read_bytes()
+    raw = job_event_path(store, "42").read_bytes()
     assert raw.endswith(b"\n") and raw.count(b"\n") == procs * threads * lines
     for ln in raw.splitlines():  # no torn / interleaved line
         json.loads(ln)
     reader = EventReader(store)
-    evs = reader.poll({"42": os.geteuid()})["42"]
+    evs = []
+    while got := reader.poll({"42": os.geteuid()}):   # at most 1 MiB per file per poll
+        evs += got["42"]
     assert not reader.rejected
     seen = [e.reason for e in evs]
     assert len(seen) == len(set(seen)) == procs * threads * lines
@@ -91,7 +93,7 @@ def test_torn_last_line_is_not_consumed_until_complete(store):
     reader = EventReader(store)
     assert [e.epoch for e in reader.poll(["42"])["42"]] == [0]
     assert reader.poll(["42"]) == {}
-    assert reader.export_offsets()["42/events.jsonl"]["offset"] == len(first)
+    assert reader.export_offsets()[f"users/{os.geteuid()}/42/events.jsonl"]["offset"] == len(first)
     _append(path, second[10:])
     assert [e.epoch for e in reader.poll(["42"])["42"]] == [1]
     assert not reader.rejected
@@ -188,8 +190,8 @@ def test_file_owned_by_other_user_is_rejected(store):
     assert reader.poll({"42": os.geteuid()}) == {}  # a rejected file is counted once
     assert reader.rejected == {"wrong_owner": 1}
     assert reader.read_job("42", expected_uid=os.geteuid()).rejected == [
-        ("42/events.jsonl", 0, "wrong_owner")]
-    assert len(reader.read_job("42", expected_uid=NOBODY).events) == 1
+        (f"users/{os.geteuid()}/42/events.jsonl", 0, "wrong_owner")]
+    assert reader.read_job("42", expected_uid=NOBODY).events == []  # another user's path: absent
 
 
 def test_symlinks_and_hardlinks_are_rejected(store, tmp_path):
@@ -197,7 +199,7 @@ def test_symlinks_and_hardlinks_are_rejected(store, tmp_path):
     target.write_bytes(_line())
     ensure_job_dir(store, "42")
     os.symlink(target, job_event_path(store, "42"))
-    os.symlink(tmp_path, store / "43")  # job directory itself a symlink
+    os.symlink(tmp_path, store / "users" / str(os.geteuid()) / "43")  # job directory a symlink
     ensure_job_dir(store, "44")
     os.link(target, job_event_path(store, "44"))
     reader = EventReader(store)
@@ -323,3 +325,23 @@ def test_hook_always_exits_zero(tmp_path):
     t0 = time.monotonic()
     _hook(bad, SLURM_SCRIPT_CONTEXT="epilog_slurmd", SLURM_JOB_ID="1")
     assert time.monotonic() - t0 < 5
+
+
+def test_prolog_hook_creates_the_users_directory_as_root(store):
+    if os.geteuid() != 0:
+        pytest.skip("the prolog runs as root")
+    (store / "_system").mkdir(mode=0o755)
+    _hook(store, SLURM_SCRIPT_CONTEXT="prolog_slurmd", SLURM_JOB_ID="61", SLURM_JOB_UID="4242",
+          SLURM_JOB_GID="4242", SLURM_JOB_COMMENT="shockwave epochs=3")
+    d = store / "users" / "4242"
+    assert d.is_dir() and d.stat().st_uid == 4242 and (d.stat().st_mode & 0o777) == 0o755
+    assert (store / "users").stat().st_uid == 0
+    # a users/ directory a user made (store root left 1777 by mistake) is refused: nothing created in it
+    other = store.parent / "store2"
+    other.mkdir()
+    (other / "_system").mkdir(mode=0o755)
+    (other / "users").mkdir(mode=0o777)
+    os.chmod(other / "users", 0o777)
+    _hook(other, SLURM_SCRIPT_CONTEXT="prolog_slurmd", SLURM_JOB_ID="62", SLURM_JOB_UID="4242",
+          SLURM_JOB_COMMENT="shockwave")
+    assert not (other / "users" / "4242").exists()

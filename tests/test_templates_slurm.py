@@ -2,8 +2,9 @@
 
 The module starts its own ``LocalCluster`` (the shared ``slurm_cluster`` fixture has no
 hooks) with ``Prolog``/``Epilog``/``PrologSlurmctld``/``EpilogSlurmctld`` pointing at a copy
-of ``prolog_epilog/`` configured for this test's event store.  Jobs run as root: the venv's
-python lives under /root, which other users cannot execute.
+of ``prolog_epilog/`` configured for this test's event store (laid out as docs/event-schema.md says:
+root 0755, the prolog creates ``users/<uid>``).  Jobs run as root here; tests/test_jobside_slurm.py
+runs jobs as two other users.
 """
 from __future__ import annotations
 
@@ -34,10 +35,13 @@ class Lab:
         self.hooks = root / "hooks"
         for d in (self.store, self.work, self.hooks):
             d.mkdir()
-        os.chmod(self.store, 0o1777)  # users create their own job dirs; sticky like /tmp
+        os.chmod(self.store, 0o755)   # docs/event-schema.md: root 0755; the prolog creates users/<uid>
         (self.store / "_system").mkdir(mode=0o755)
+        (self.store / "users").mkdir(mode=0o755)
         for name in ("shockwave-hook.sh", "shockwave_hook.py"):
             shutil.copy2(REPO / "prolog_epilog" / name, self.hooks / name)
+        shutil.copy2(REPO / "slurm_shockwave" / "hints.py", self.hooks / "shockwave_hints.py")
+        shutil.copy2(REPO / "slurm_shockwave" / "hints.py", self.hooks / "shockwave_hints.py")  # the marker rule
         (self.hooks / "shockwave-hook.conf").write_text(
             f"SHOCKWAVE_STORE={self.store}\nSHOCKWAVE_HOOK_LOG={self.hooks / 'hook.log'}\n")
         hook = self.hooks / "shockwave-hook.sh"
@@ -162,3 +166,32 @@ def test_requeue_checkpoints_and_resumes(lab):
     assert "checkpoint on signal" in out and "restart=1 resume epoch=" in out
     resumed_at = int(out.split("restart=1 resume epoch=")[1].split()[0])
     assert 1 <= resumed_at <= 5
+
+
+def test_plain_sbatch_from_a_fresh_checkout_finds_the_venv(lab):
+    """`sbatch job_templates/static.sbatch` with no SHOCKWAVE_* variables and no venv on PATH: the template
+    finds the checkout's .venv and train_cnn.py itself (it used to fail: `exec: shockwave-run: not found`)."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in lab.cluster.full_env().items() if not k.startswith(("SHOCKWAVE_", "VIRTUAL_ENV"))}
+    env["PATH"] = ":".join(p for p in env.get("PATH", "/usr/bin:/bin").split(":") if p != venv_bin)
+    env["SHOCKWAVE_STORE"] = str(lab.store)          # the site's store (the only variable a site sets)
+    r = lab.cluster.run(["sbatch", "--parsable", "-D", str(lab.work), "-o", str(lab.work / "out.%j"),
+                         str(REPO / "job_templates" / "static.sbatch"), *SHORT], env=env, cwd=str(lab.work))
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    prog = lab.wait_finished(job)
+    assert prog.finished and prog.epochs_done == 3, lab.diag(job)
+    assert "not found" not in (lab.work / f"out.{job}").read_text()
+
+
+def test_template_without_python_says_what_is_missing(lab):
+    env = {**lab.cluster.full_env(), "SHOCKWAVE_PYTHON": "/nonexistent/python", "SHOCKWAVE_STORE": str(lab.store)}
+    r = lab.cluster.run(["sbatch", "--parsable", "-D", str(lab.work), "-o", str(lab.work / "out.%j"),
+                         str(REPO / "job_templates" / "gns.sbatch")], env=env)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    out = lab.work / f"out.{job}"
+    wait_for(lambda: out.exists() and "no python with slurm_shockwave" in out.read_text(), timeout=60,
+             what="the template's one-line error")
+    lines = [ln for ln in out.read_text().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("shockwave: error:"), lines

@@ -23,7 +23,8 @@ RUN = [sys.executable, "-m", "slurm_shockwave.wrapper.cli"]
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SHOCKWAVE_"))}
-    env.update(SHOCKWAVE_STORE=str(tmp_path / "store"), PYTHONPATH=str(REPO), **extra)
+    env.update(SHOCKWAVE_STORE=str(tmp_path / "store"), PYTHONPATH=str(REPO), SHOCKWAVE_REQUEUE_RETRY_S="0",
+               **extra)
     return env
 
 
@@ -57,7 +58,7 @@ def test_start_exit_events_and_exit_code(tmp_path):
     r = _run(tmp_path, ["--checkpoint-dir", str(tmp_path / "ck"), "--", sys.executable, "-c",
                         child], env)
     assert r.returncode == 3, r.stderr
-    assert r.stdout.split() == ["1234", "2", str(tmp_path / "store/1234/events.jsonl"),
+    assert r.stdout.split() == ["1234", "2", str(tmp_path / f"store/users/{os.geteuid()}/1234/events.jsonl"),
                                 str(tmp_path / "ck")]
     evs = _events(tmp_path, "1234")
     assert [(e.kind, e.restart) for e in evs] == [("start", 2), ("exit", 2)]
@@ -68,7 +69,7 @@ def test_local_id_and_signal_death(tmp_path):
     r = _run(tmp_path, ["--", sys.executable, "-c",
                         "import os,signal; os.kill(os.getpid(), signal.SIGKILL)"], _env(tmp_path))
     assert r.returncode == 128 + 9
-    (job,) = os.listdir(tmp_path / "store")
+    (job,) = os.listdir(tmp_path / "store" / "users" / str(os.geteuid()))
     assert job.startswith("local-")
     assert [(e.kind, e.exit_code, e.signal) for e in _events(tmp_path, job)][-1] == ("exit", -9, 9)
 
@@ -109,11 +110,14 @@ def test_signal_forwarded_and_checkpoint_requested(tmp_path, sig, should_exit):
     _wait_file(ready)
     p.send_signal(sig)
     out, _ = p.communicate(timeout=30)
-    assert p.returncode == 0
+    # USR1 + checkpoint: the job stopped early and asks to be requeued; there is no Slurm here, so the requeue
+    # fails and the wrapper exits 1 (never "completed" with work left).  SIGTERM: Slurm itself ends/requeues it.
+    assert p.returncode == (0 if should_exit else 1)
     assert out.split() == ["ckpt", "True", "exit", str(should_exit)]
     evs = _events(tmp_path, "77")
     assert [e.kind for e in evs] == ["start", "signal", "checkpoint", "exit"]
-    assert evs[1].signal == int(sig) and evs[-1].reason.startswith("preempted")
+    assert evs[1].signal == int(sig)
+    assert evs[-1].reason.startswith("preempted" if should_exit else "ended early: 0 epochs, requeue failed")
 
 
 def test_early_signal_before_api_is_not_lost(tmp_path):
@@ -124,7 +128,7 @@ def test_early_signal_before_api_is_not_lost(tmp_path):
         print(api.should_checkpoint())
     """)
     p = _popen(tmp_path, ["--", sys.executable, "-c", child], _env(tmp_path, SLURM_JOB_ID="78"))
-    _wait_file(tmp_path / "store" / "78" / "events.jsonl")
+    _wait_file(tmp_path / "store" / "users" / str(os.geteuid()) / "78" / "events.jsonl")
     time.sleep(0.2)
     p.send_signal(signal.SIGUSR1)
     out, _ = p.communicate(timeout=30)
@@ -270,7 +274,7 @@ def test_train_cnn_resumes_exactly_after_preemption(tmp_path):
     train = [sys.executable, str(REPO / "job_templates" / "train_cnn.py")] + args
     env = _env(tmp_path, SLURM_JOB_ID="90", SHOCKWAVE_CHECKPOINT_DIR=str(tmp_path / "ck"))
     p = _popen(tmp_path, ["--"] + train, env)
-    evfile = tmp_path / "store" / "90" / "events.jsonl"
+    evfile = tmp_path / "store" / "users" / str(os.geteuid()) / "90" / "events.jsonl"
     deadline = time.monotonic() + 60
     while b'"epoch":0' not in (evfile.read_bytes() if evfile.exists() else b""):
         assert time.monotonic() < deadline and p.poll() is None
@@ -278,7 +282,7 @@ def test_train_cnn_resumes_exactly_after_preemption(tmp_path):
     time.sleep(0.3)  # mid epoch 1
     p.send_signal(signal.SIGUSR1)
     out1, _ = p.communicate(timeout=60)
-    assert p.returncode == 0 and "checkpoint on signal" in out1
+    assert p.returncode == 1 and "checkpoint on signal" in out1   # no Slurm to requeue it: not COMPLETED
     r = _run(tmp_path, ["--"] + train, {**env, "SLURM_RESTART_COUNT": "1"})
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
     evs = _events(tmp_path, "90")
@@ -297,30 +301,57 @@ def test_train_cnn_resumes_exactly_after_preemption(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_requeue_decision_after_the_preemption_signal(tmp_path):
-    """The wrapper puts a job back in the queue only when it stopped early to checkpoint."""
+def test_finished_is_decided_from_the_declared_epochs():
+    """Not from the presence of a checkpoint event: epochs left after exit 0 are never 'finished'."""
     import signal as _signal
-    import types
+    from slurm_shockwave.events.summary import JobProgress
+    from slurm_shockwave.wrapper.outcome import decide
+    usr1, term = int(_signal.SIGUSR1), int(_signal.SIGTERM)
+    two_of_12 = JobProgress(epochs_done=2, total_epochs=12)
+    assert decide(0, two_of_12, [usr1], usr1, False, None).action == "requeue"     # no checkpoint event: still
+    assert decide(0, two_of_12, [term], usr1, False, None).action == "slurm_requeues"
+    assert decide(0, two_of_12, [], usr1, False, None).action == "ended_early"
+    assert decide(3, two_of_12, [usr1], usr1, True, None).action == "failed"
+    assert decide(0, JobProgress(epochs_done=12, total_epochs=12), [usr1], usr1, False, None).action == "finished"
+    # no total reported: the comment's epochs= hint decides; with neither, only a checkpoint after the signal
+    assert decide(0, JobProgress(epochs_done=2), [usr1], usr1, False, 12).action == "requeue"
+    assert decide(0, JobProgress(epochs_done=2), [], usr1, False, 12).action == "ended_early"
+    assert decide(0, JobProgress(epochs_done=0), [], usr1, False, 12).action == "finished"   # reports nothing
+    assert decide(0, JobProgress(epochs_done=2), [usr1], usr1, True, None).action == "requeue"
+    assert decide(0, JobProgress(epochs_done=2), [usr1], usr1, False, None).action == "finished"
 
-    from slurm_shockwave.events.writer import EventWriter
-    from slurm_shockwave.wrapper.cli import Runner
 
-    def runner_for(job, events):
-        w = EventWriter.for_job(tmp_path, job)
-        for kind, fields in events:
-            w.emit(kind, **fields)
-        ctx = types.SimpleNamespace(store=str(tmp_path), job_id=job, restart=0)
-        return Runner(ctx, ["true"], _signal.SIGUSR1)
+def test_requeue_is_retried_with_backoff_until_the_job_time_runs_out():
+    from slurm_shockwave.wrapper.outcome import requeue_with_retry
+    now = [1000.0]
+    calls, sleeps = [], []
 
-    sig = ("signal", {"signal": int(_signal.SIGUSR1), "reason": "checkpoint request"})
-    ckpt = ("checkpoint", {"path": "/x/ckpt"})
-    early = runner_for("101", [("start", {}), sig, ckpt])
-    assert not early._training_finished()                     # stopped to checkpoint: requeue
-    done = runner_for("102", [("epoch_end", {"epoch": 0, "batch_size": 8, "duration_s": 1.0, "total_epochs": 1}),
-                              sig, ckpt])
-    assert done._training_finished()                          # all epochs reported: completed
-    no_ckpt = runner_for("103", [("start", {}), sig])
-    assert no_ckpt._training_finished()                       # no checkpoint after the signal: never blindly
+    def run(argv, **kw):
+        calls.append(argv)
+        ok = len(calls) >= 4
+        return subprocess.CompletedProcess(argv, 0 if ok else 1, "", "" if ok else
+                                           "Unable to contact slurm controller (connect failure)")
+
+    def sleep(s):
+        sleeps.append(s)
+        now[0] += s
+    ok, err = requeue_with_retry("55", 2000.0, run=run, sleep=sleep, clock=lambda: now[0])
+    assert ok and err == "" and len(calls) == 4 and sleeps == [1, 2, 4]
+    assert calls[0] == ["scontrol", "requeue", "55"]
+    calls.clear(), sleeps.clear()
+    now[0] = 1000.0
+    never = lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "Unable to contact slurm controller")
+    ok, err = requeue_with_retry("55", 1100.0, run=never, sleep=sleep, clock=lambda: now[0])
+    assert not ok and "Unable to contact" in err
+    assert now[0] <= 1100.0 - 5 and sum(sleeps) >= 60            # kept trying until just before the end time
+    now[0] = 1000.0
+    bad = lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "scontrol: error: Invalid job id specified")
+    assert requeue_with_retry("55", None, run=bad, sleep=sleep, clock=lambda: now[0])[0] is False
+    assert now[0] == 1000.0                                        # a permanent error is not retried
+    pending = lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "Job is pending execution")
+    assert requeue_with_retry("55", None, run=pending, sleep=sleep, clock=lambda: now[0]) == (True, "")
+    ok, err = requeue_with_retry("55", 5000.0, run=never, sleep=sleep, clock=lambda: now[0], stop=lambda: True)
+    assert not ok and "SIGTERM" in err and now[0] == 1000.0        # Slurm is ending the job: stop retrying
 
 
 def test_checkpoint_signal_after_the_last_epoch_is_not_a_failure(tmp_path):

@@ -13,11 +13,11 @@ from .schema import (KINDS, MAX_LINE_BYTES, SCHEMA_VERSION, SYSTEM_KINDS, Event,
                      validate)
 from .store import (FileRejected, ensure_job_dir, job_event_path, list_job_ids,
                     system_event_path)
-from .summary import JobProgress, summarize
+from .summary import JobProgress, ProgressState, summarize
 from .writer import EventWriter, append_event
 
 __all__ = [
-    "EventReader", "JobEvents", "Event", "JobProgress", "summarize", "EventWriter",
+    "EventReader", "JobEvents", "Event", "JobProgress", "ProgressState", "summarize", "EventWriter",
     "append_event", "KINDS", "SYSTEM_KINDS", "SCHEMA_VERSION", "MAX_LINE_BYTES", "JobIdError",
     "check_job_id", "is_valid_job_id", "decode_line", "encode_line", "make_record", "validate",
     "FileRejected", "ensure_job_dir", "job_event_path", "system_event_path", "list_job_ids",

@@ -14,12 +14,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .schema import (MAX_FUTURE_S, MAX_LINE_BYTES, SYSTEM_KINDS, Event, decode_line,
                      is_valid_job_id)
-from .store import FileRejected, list_job_ids, open_for_read
+from .store import FileRejected, job_file_candidates, list_job_ids, open_for_read
 
 #: Per-job cap on remembered rejected lines (the counter keeps counting).
 MAX_REJECTED_PER_JOB = 200
-#: Bytes read from one file per poll() (the rest comes on the next call).
-MAX_READ_PER_POLL = 4 << 20
+#: Bytes read from one file per poll() (the rest comes on the next call): bounds what one job can add
+#: to a round (about 4,500 typical lines).
+MAX_READ_PER_POLL = 1 << 20
 #: read_job() stops after this many bytes and records ``file_too_large``.
 MAX_FILE_BYTES = 64 << 20
 
@@ -65,15 +66,20 @@ class EventReader:
         self.clock = clock
         self.max_read_per_poll = max(int(max_read_per_poll), MAX_LINE_BYTES)
         self.rejected: Counter[str] = Counter()
+        self.accepted = 0          # lines accepted by poll() since this reader was made (metrics)
         self.rejected_lines: dict[str, list[tuple[int, str]]] = {}
         self._state: dict[str, _FileState] = {}
+        self._job_keys: dict[str, set[str]] = {}      # job id -> its keys in _state (O(1) export/forget)
         self._file_rejects: dict[str, str] = {}
 
     # ----------------------------------------------------------------- offsets
-    def export_offsets(self) -> dict[str, dict[str, int]]:
-        """JSON-serialisable per-file state (keys like ``123/events.jsonl``)."""
+    def export_offsets(self, job_ids: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """JSON-serialisable per-file state (keys like ``users/1001/123/events.jsonl``), of every
+        file or only of ``job_ids``'s files."""
+        keys = (list(self._state) if job_ids is None else
+                [k for j in job_ids for k in self._job_keys.get(str(j), ()) if k in self._state])
         return {k: {"offset": s.offset, "line_no": s.line_no, "skip": int(s.skip),
-                    "ino": s.ino, "dev": s.dev} for k, s in self._state.items()}
+                    "ino": s.ino, "dev": s.dev} for k in keys for s in (self._state[k],)}
 
     def import_offsets(self, data: Mapping[str, Any]) -> None:
         """Restore state saved by :meth:`export_offsets`; malformed entries are ignored."""
@@ -90,6 +96,7 @@ class EventReader:
                 continue
             if st.offset >= 0 and st.line_no >= 0:
                 self._state[key] = st
+                self._job_keys.setdefault(_key_job(key), set()).add(key)
 
     # ------------------------------------------------------------------ public
     def poll(self, jobs: Mapping[str, int | None] | Iterable[str] | None = None
@@ -113,6 +120,7 @@ class EventReader:
             if evs:
                 evs.sort(key=lambda e: e.ts)
                 out[job_id] = evs
+                self.accepted += len(evs)
         return out
 
     def read_job(self, job_id: str, expected_uid: int | None = None) -> JobEvents:
@@ -140,12 +148,31 @@ class EventReader:
         if len(lst) < MAX_REJECTED_PER_JOB:
             lst.append((line_no, reason))
 
+    def _target(self, job_id: str, system: bool, uid: int | None):
+        """(key, open_for_read kwargs) of the file to read, or (key, reason) when it is ambiguous."""
+        if system:
+            return f"_system/{job_id}.jsonl", {"system": True, "allowed_uids": self.system_uids}
+        if uid is None:
+            cands = job_file_candidates(self.root, job_id)
+            if len(cands) > 1:
+                return f"users/*/{job_id}/events.jsonl", "ambiguous_owner"
+            if not cands:
+                return f"{job_id}/events.jsonl", {"legacy": True, "allowed_uids": None}
+            uid = cands[0]
+        key = f"users/{uid}/{job_id}/events.jsonl"
+        kw = {"uid": uid, "allowed_uids": frozenset({uid})}
+        if not os.path.lexists(os.path.join(self.root, "users", str(uid), job_id)) and \
+                os.path.lexists(os.path.join(self.root, job_id)):
+            return f"{job_id}/events.jsonl", {"legacy": True, "allowed_uids": frozenset({uid})}
+        return key, kw
+
     def _read_file(self, job_id: str, system: bool, uid: int | None, *, incremental: bool,
                    sink: list | None = None) -> list[Event]:
-        key = f"_system/{job_id}.jsonl" if system else f"{job_id}/events.jsonl"
-        allowed = self.system_uids if system else (None if uid is None else frozenset({uid}))
+        key, kw = self._target(job_id, system, uid)
         try:
-            fd, st = open_for_read(self.root, job_id, system=system, allowed_uids=allowed)
+            if isinstance(kw, str):
+                raise FileRejected(kw, key)
+            fd, st = open_for_read(self.root, job_id, **kw)
         except FileNotFoundError:
             return []
         except (FileRejected, OSError) as exc:
@@ -155,6 +182,7 @@ class EventReader:
                 self._reject(job_id, key, 0, reason, sink)
                 if sink is None:
                     self._file_rejects[key] = reason
+                    self._job_keys.setdefault(job_id, set()).add(key)
             return []
         self._file_rejects.pop(key, None)
         try:
@@ -170,9 +198,20 @@ class EventReader:
                 state = _FileState()
             state.ino, state.dev = st.st_ino, st.st_dev
             self._state[key] = state
+            self._job_keys.setdefault(job_id, set()).add(key)
             return self._scan(fd, job_id, key, system, state, self.max_read_per_poll, None)
         finally:
             os.close(fd)
+
+    def forget(self, job_ids: Iterable[str]) -> None:
+        """Drop the offsets and remembered rejections of jobs that are gone (bounded memory)."""
+        for j in {str(j) for j in job_ids}:
+            for key in self._job_keys.pop(j, ()):
+                self._state.pop(key, None)
+                self._file_rejects.pop(key, None)
+            for system in (True, False):
+                self._file_rejects.pop(f"_system/{j}.jsonl" if system else f"{j}/events.jsonl", None)
+            self.rejected_lines.pop(j, None)
 
     def _scan(self, fd: int, job_id: str, key: str, system: bool, state: _FileState,
               budget: int, sink: list | None) -> list[Event]:
@@ -233,8 +272,21 @@ def _with_origin(ev: Event, system: bool, line_no: int) -> Event:
     return replace(ev, origin="system" if system else "job", line_no=line_no)
 
 
+def _key_job(key: str) -> str | None:
+    """The job id of an offsets key (``users/<uid>/<job>/events.jsonl``, ``<job>/events.jsonl`` or
+    ``_system/<job>.jsonl``), or None if the key is malformed."""
+    parts = key.split("/")
+    if len(parts) == 2 and parts[0] == "_system" and parts[1].endswith(".jsonl"):
+        job = parts[1][:-len(".jsonl")]
+    elif len(parts) == 2 and parts[1] == "events.jsonl":
+        job = parts[0]
+    elif (len(parts) == 4 and parts[0] == "users" and parts[1].isascii() and parts[1].isdigit()
+          and len(parts[1]) <= 10 and parts[3] == "events.jsonl"):
+        job = parts[2]
+    else:
+        return None
+    return job if is_valid_job_id(job) else None
+
+
 def _key_ok(key: str) -> bool:
-    if key.startswith("_system/") and key.endswith(".jsonl"):
-        return is_valid_job_id(key[len("_system/"):-len(".jsonl")])
-    head, _, tail = key.partition("/")
-    return tail == "events.jsonl" and is_valid_job_id(head)
+    return _key_job(key) is not None

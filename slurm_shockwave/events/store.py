@@ -2,12 +2,17 @@
 
 Layout under the store root (see docs/event-schema.md)::
 
-    <root>/<jobid>/events.jsonl    by the job (wrapper + training API), owned by the job's user
-    <root>/_system/<jobid>.jsonl   by the Slurm prolog/epilog hooks, owned by root / SlurmUser
+    <root>/                                  0755, owner root (NOT world-writable)
+    <root>/users/                            0755, owner root
+    <root>/users/<uid>/                      0755, owner <uid>; created by root (the prolog hook, or the admin)
+    <root>/users/<uid>/<jobid>/events.jsonl  by the job (wrapper + training API), owned by <uid>
+    <root>/_system/<jobid>.jsonl             by the Slurm prolog/epilog hooks, owned by root / SlurmUser
 
-The root is meant to be a shared directory with mode 1777 (sticky, like /tmp) so that
-each user can create their own job directories but cannot remove anyone else's.
-``_system`` is created by the admin (mode 0755, owner root or SlurmUser).
+Only root creates entries in ``<root>`` and ``<root>/users``, and only user ``<uid>`` can create entries
+in ``users/<uid>/``: no user can claim a path another user's job will need (job ids are predictable).
+A private store (the root owned by the user, e.g. the default ``~/.local/state/shockwave/events``) is
+set up by the user's own wrapper.  ``<root>/<jobid>/events.jsonl`` (the v0 layout, in a 1777 root) is
+still *read* when the new path is absent, never written.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from .schema import check_job_id, is_valid_job_id
 
 EVENTS_NAME = "events.jsonl"
 SYSTEM_DIR = "_system"
+USERS_DIR = "users"
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 
@@ -32,8 +38,20 @@ class FileRejected(Exception):
         self.reason = reason
 
 
-def job_event_path(root: str | os.PathLike, job_id: str) -> Path:
-    """Path of the job's own event file (job id validated: no traversal)."""
+def user_dir(root: str | os.PathLike, uid: int) -> Path:
+    """``<root>/users/<uid>``: the directory only ``uid`` may create job directories in."""
+    return Path(root) / USERS_DIR / str(int(uid))
+
+
+def job_event_path(root: str | os.PathLike, job_id: str, uid: int | None = None) -> Path:
+    """Path of the job's own event file (job id validated: no traversal); ``uid``: the job's
+    user (default: the current effective uid)."""
+    uid = os.geteuid() if uid is None else int(uid)
+    return user_dir(root, uid) / check_job_id(job_id) / EVENTS_NAME
+
+
+def legacy_event_path(root: str | os.PathLike, job_id: str) -> Path:
+    """The v0 path ``<root>/<jobid>/events.jsonl`` (read only, when the new path is absent)."""
     return Path(root) / check_job_id(job_id) / EVENTS_NAME
 
 
@@ -42,15 +60,77 @@ def system_event_path(root: str | os.PathLike, job_id: str) -> Path:
     return Path(root) / SYSTEM_DIR / f"{check_job_id(job_id)}.jsonl"
 
 
-def ensure_job_dir(root: str | os.PathLike, job_id: str) -> Path:
-    """Create ``<root>/<jobid>/`` (mode 0755) for the current user and return its path.
+def _check_dir(d: Path, owners: tuple[int, ...], what: str) -> None:
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode):
+        raise FileRejected("symlink", str(d))
+    if not stat.S_ISDIR(st.st_mode):
+        raise FileRejected("not_directory", str(d))
+    if st.st_uid not in owners:
+        raise FileRejected("wrong_owner", f"{what} {d} is owned by uid {st.st_uid}, not {owners[-1]}")
+    if st.st_mode & 0o022:
+        raise FileRejected("writable_by_others", f"{what} {d} has mode {stat.S_IMODE(st.st_mode):o}")
 
-    Refuses (``FileRejected``) if it exists but is a symlink, not a directory, or is
-    owned by somebody else (events written there would be ignored by the reader).
+
+def provision_user_dir(root: str | os.PathLike, uid: int, gid: int | None = None) -> Path:
+    """As root (the prolog hook, an admin, the demo): create ``<root>/users/<uid>`` owned by ``uid``.
+
+    Idempotent.  Refuses (``FileRejected``) a ``users`` or user directory that is a symlink, not owned
+    by root / that user, or writable by others.
+    """
+    root, uid = Path(root), int(uid)
+    users = root / USERS_DIR
+    try:
+        os.mkdir(users, DIR_MODE)
+    except FileExistsError:
+        pass
+    _check_dir(users, (0, os.geteuid()), "users directory")
+    d = users / str(uid)
+    try:
+        os.mkdir(d, DIR_MODE)
+        os.chown(d, uid, -1 if gid is None else int(gid))
+        os.chmod(d, DIR_MODE)
+    except FileExistsError:
+        pass
+    _check_dir(d, (uid,), "user directory")
+    return d
+
+
+def ensure_user_dir(root: str | os.PathLike, uid: int | None = None) -> Path:
+    """``<root>/users/<uid>`` for the current user, checked; created only where that is safe.
+
+    It is created when running as root, or when the store root itself belongs to the current user (a
+    private store).  In a shared store it must have been created by root (the prolog hook does it at
+    job start): otherwise ``FileRejected("no_user_dir")`` with a one-line explanation.
     """
     root = Path(root)
-    d = root / check_job_id(job_id)
-    root.mkdir(parents=True, exist_ok=True)
+    me = os.geteuid()
+    uid = me if uid is None else int(uid)
+    d = user_dir(root, uid)
+    if not os.path.lexists(d):
+        owns_root = False
+        try:
+            owns_root = os.lstat(root).st_uid == me
+        except FileNotFoundError:
+            root.mkdir(parents=True, exist_ok=True)
+            owns_root = True
+        if me == 0 or (owns_root and uid == me):
+            return provision_user_dir(root, uid)
+        raise FileRejected("no_user_dir", f"{d} does not exist: in a shared store it is created by root "
+                           "(the Slurm prolog hook of prolog_epilog/ at job start, or the admin)")
+    _check_dir(root / USERS_DIR, (0, uid), "users directory")
+    _check_dir(d, (uid,), "user directory")
+    return d
+
+
+def ensure_job_dir(root: str | os.PathLike, job_id: str) -> Path:
+    """Create ``<root>/users/<uid>/<jobid>/`` (mode 0755) for the current user and return its path.
+
+    Refuses (``FileRejected``) if the user directory is missing in a shared store (see
+    :func:`ensure_user_dir`), or the job directory exists but is a symlink, not a directory, or is
+    owned by somebody else.
+    """
+    d = ensure_user_dir(root) / check_job_id(job_id)
     try:
         os.mkdir(d, DIR_MODE)
     except FileExistsError:
@@ -102,56 +182,99 @@ def write_line(fd: int, data: bytes) -> None:
 
 
 def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
-                  allowed_uids: frozenset[int] | None = None) -> tuple[int, os.stat_result]:
+                  allowed_uids: frozenset[int] | None = None, uid: int | None = None,
+                  legacy: bool = False) -> tuple[int, os.stat_result]:
     """Open one event file read-only with every check applied.  Returns ``(fd, stat)``.
 
     * job id validated, the file is reached via directory fds (no path traversal),
       every component opened with O_NOFOLLOW (symlinks rejected);
+    * a job file is ``users/<uid>/<jobid>/events.jsonl`` (``uid`` required), whose ``users``
+      directory must belong to root or ``uid`` and ``users/<uid>`` to ``uid``, neither writable by
+      others; ``legacy=True`` opens the v0 ``<jobid>/events.jsonl`` instead;
     * it must be a regular file with a single link;
     * its owner must be in ``allowed_uids`` (``None`` = owner not checked).
 
     Raises ``FileNotFoundError`` if absent, ``FileRejected`` on a failed check.
     """
     job_id = check_job_id(job_id)
-    sub, name = (SYSTEM_DIR, f"{job_id}.jsonl") if system else (job_id, EVENTS_NAME)
+    if system:
+        comps, name = [(SYSTEM_DIR, None)], f"{job_id}.jsonl"
+    elif legacy or uid is None:
+        comps, name = [(job_id, None)], EVENTS_NAME
+    else:
+        uid = int(uid)
+        comps = [(USERS_DIR, (0, uid)), (str(uid), (uid,)), (job_id, None)]
+        name = EVENTS_NAME
     dflags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    root_fd = os.open(root, dflags)
+    dir_fd = os.open(root, dflags)
     fd = -1
+    shown = ""
     try:
-        try:
-            dir_fd = os.open(sub, dflags | os.O_NOFOLLOW, dir_fd=root_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                is_link = stat.S_ISLNK(os.lstat(sub, dir_fd=root_fd).st_mode)
-                raise FileRejected("symlink" if is_link else "not_directory", sub) from None
-            raise
+        for comp, owners in comps:
+            shown = f"{shown}/{comp}" if shown else comp
+            try:
+                nxt = os.open(comp, dflags | os.O_NOFOLLOW, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    is_link = stat.S_ISLNK(os.lstat(comp, dir_fd=dir_fd).st_mode)
+                    raise FileRejected("symlink" if is_link else "not_directory", shown) from None
+                raise
+            os.close(dir_fd)
+            dir_fd = nxt
+            if owners is not None:
+                st = os.fstat(dir_fd)
+                if st.st_uid not in owners:
+                    raise FileRejected("wrong_owner", f"{shown} owned by uid {st.st_uid}")
+                if st.st_mode & 0o022:
+                    raise FileRejected("writable_by_others", shown)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise FileRejected("symlink", f"{sub}/{name}") from None
+                raise FileRejected("symlink", f"{shown}/{name}") from None
             raise
-        finally:
-            os.close(dir_fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise FileRejected("not_regular_file", f"{sub}/{name}")
+            raise FileRejected("not_regular_file", f"{shown}/{name}")
         if st.st_nlink != 1:
-            raise FileRejected("hardlinked", f"{sub}/{name} has {st.st_nlink} links")
+            raise FileRejected("hardlinked", f"{shown}/{name} has {st.st_nlink} links")
         if allowed_uids is not None and st.st_uid not in allowed_uids:
-            raise FileRejected("wrong_owner", f"{sub}/{name} owned by uid {st.st_uid}")
+            raise FileRejected("wrong_owner", f"{shown}/{name} owned by uid {st.st_uid}")
         out, fd = fd, -1
         return out, st
     finally:
         if fd >= 0:
             os.close(fd)
-        os.close(root_fd)
+        os.close(dir_fd)
+
+
+def job_file_candidates(root: str | os.PathLike, job_id: str) -> list[int]:
+    """uids ``u`` with a ``users/<u>/<jobid>/`` directory (for readers that do not know the job's user)."""
+    job_id = check_job_id(job_id)
+    out = []
+    try:
+        with os.scandir(Path(root) / USERS_DIR) as it:
+            for e in it:
+                if e.name.isascii() and e.name.isdigit() and len(e.name) <= 10 \
+                        and os.path.isdir(os.path.join(e.path, job_id)):
+                    out.append(int(e.name))
+    except OSError:
+        pass
+    return sorted(out)
 
 
 def list_job_ids(root: str | os.PathLike) -> list[str]:
-    """Valid job ids that have a job directory or a system file under ``root``."""
+    """Valid job ids that have a job directory (either layout) or a system file under ``root``."""
     ids: set[str] = set()
+    try:
+        with os.scandir(Path(root) / USERS_DIR) as users:
+            for u in users:
+                if u.name.isdigit() and u.is_dir(follow_symlinks=False):
+                    with os.scandir(u.path) as it:
+                        ids.update(e.name for e in it if is_valid_job_id(e.name))
+    except OSError:
+        pass
     try:
         with os.scandir(root) as it:
             for e in it:
@@ -167,3 +290,36 @@ def list_job_ids(root: str | os.PathLike) -> list[str]:
     except OSError:
         pass
     return sorted(ids)
+
+
+def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) -> list[str]:
+    """Problems of a shared store's layout and modes (docs/event-schema.md), one line each; [] if fine."""
+    root = Path(root)
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return [f"event store {root} does not exist (create it: install -d -m 0755 {root})"]
+    except OSError as exc:
+        return [f"event store {root} cannot be read: {exc.strerror}"]
+    if not stat.S_ISDIR(st.st_mode):
+        return [f"event store {root} is not a directory"]
+    problems = []
+    if st.st_mode & 0o022:
+        problems.append(f"event store {root} has mode {stat.S_IMODE(st.st_mode):o}: writable by others, so a user "
+                        "could claim paths another user's job needs; make it 0755 owned by root")
+    if st.st_uid not in system_uids:
+        problems.append(f"event store {root} is owned by uid {st.st_uid}, not root")
+    for name, what in ((SYSTEM_DIR, "hook events"), (USERS_DIR, "per-user directories")):
+        d = root / name
+        try:
+            dst = os.lstat(d)
+        except FileNotFoundError:
+            if name == SYSTEM_DIR:
+                problems.append(f"{d} ({what}) does not exist: install -d -m 0755 {d}")
+            continue
+        if not stat.S_ISDIR(dst.st_mode):
+            problems.append(f"{d} ({what}) is not a directory")
+        elif dst.st_uid not in system_uids or dst.st_mode & 0o022:
+            problems.append(f"{d} ({what}) must be 0755 owned by root/SlurmUser (owner {dst.st_uid}, mode "
+                            f"{stat.S_IMODE(dst.st_mode):o})")
+    return problems

@@ -1,30 +1,56 @@
-"""Pure summary of a job's events, as the controller's predictor needs it."""
+"""A job's events folded into a bounded, incremental summary (what the controller's predictor needs).
+
+:class:`ProgressState` is the controller's per-job state: events are added as they are read (each once) and
+:meth:`ProgressState.progress` gives a :class:`JobProgress` in time independent of how many events the job wrote.
+Memory is bounded per job whatever the job writes:
+
+* the batch size of each completed epoch is kept run-length encoded (``bs_runs``: ``(batch size, epochs)``
+  pairs, at most ``MAX_RUNS``; beyond that the two oldest runs merge and ``history_truncated`` is set);
+* epoch counts and duration sums per batch size (at most ``MAX_BATCH_SIZES`` distinct sizes; more are ignored);
+* an ``epoch_end`` whose ``epoch`` is at or beyond the job's total (its own report, else the declared
+  ``epochs=`` hint, else ``MAX_EPOCHS``) or jumps more than ``MAX_EPOCH_JUMP`` past the last one is ignored and
+  counted in ``ignored`` (a hostile ``"epoch": 9999999`` changes nothing).
+
+``summarize(events)`` folds a list at once (any order) with the same rules.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from functools import cached_property
+from typing import Any, Iterable, Mapping
 
 from .schema import Event
+
+MAX_RUNS = 2048
+MAX_BATCH_SIZES = 64
+MAX_EPOCHS = 1_000_000          # the hint validator's bound on epochs=
+MAX_EPOCH_JUMP = 10_000         # an epoch index may skip at most this many unreported epochs
+_LAST_FIELDS = ("total_epochs", "samples_per_epoch", "min_batch_size", "max_batch_size", "gpus")
+#: hint key of the job comment -> JobProgress field it describes (the job's own report overrides the hint)
+HINT_FIELDS = {"epochs": "total_epochs", "bs": "batch_size", "min_bs": "min_batch_size",
+               "max_bs": "max_batch_size", "samples": "samples_per_epoch"}
 
 
 @dataclass(frozen=True)
 class JobProgress:
     """What the events say about one job.  All fields are plain values (no I/O).
 
-    ``epochs_done`` counts distinct completed epochs (``epoch_end`` carries the 0-based
-    index of the epoch that just ended; an epoch redone after a restart counts once).
-    ``bs_per_epoch[i]`` is the batch size epoch ``i`` ran at (the latest report wins;
-    an epoch never reported takes the batch size of the previous one).
-    ``finished``: the last ``exit`` has code 0, follows the last start/requeue, and either
-    ``epochs_done >= total_epochs`` or, with no total known, it was not a preemption exit.
+    ``epochs_done`` is the highest completed epoch index + 1 (``epoch_end`` carries the 0-based index of the
+    epoch that just ended; an epoch redone after a restart counts once).  ``bs_runs`` is the batch size of each
+    completed epoch, run-length encoded; ``bs_per_epoch`` expands it (the latest report of an epoch wins, an
+    epoch never reported takes the batch size of the previous one).  ``finished``: the last ``exit`` has code 0,
+    follows the last start/requeue, and either ``epochs_done >= total_epochs`` or, with no total known, it was
+    not a preemption exit.  ``ended_early``: the job's last run ended (exit after the last start) with fewer
+    epochs than its total and was not requeued: the controller shows "ended early: 2/12 epochs".
     """
 
     job_id: str | None = None
     epochs_done: int = 0
     total_epochs: int | None = None
     batch_size: int | None = None
-    bs_per_epoch: tuple[int, ...] = ()
+    bs_runs: tuple[tuple[int, int], ...] = ()
     epoch_duration_by_bs: dict[int, float] = field(default_factory=dict)
+    epochs_by_bs: dict[int, int] = field(default_factory=dict)
     samples_per_epoch: int | None = None
     last_throughput: float | None = None
     last_throughput_bs: int | None = None
@@ -35,13 +61,27 @@ class JobProgress:
     max_batch_size: int | None = None
     finished: bool = False
     exit_code: int | None = None
+    exit_reason: str | None = None
     last_gns: float | None = None
     last_checkpoint_path: str | None = None
     last_checkpoint_ts: float | None = None
     last_event_ts: float | None = None
     started: bool = False
     running: bool = False
+    requeued_after_exit: bool = False
     peak_mem_bytes: int | None = None
+    ignored: int = 0
+    history_truncated: bool = False
+    # comment hint -> {"hint": value in --comment, "reported": value the job reported}; the report wins
+    hint_conflicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @cached_property
+    def bs_per_epoch(self) -> tuple[int, ...]:
+        """Batch size of each completed epoch (expanded once from ``bs_runs``; at most the job's total)."""
+        out: list[int] = []
+        for b, n in self.bs_runs:
+            out += [b] * n
+        return tuple(out)
 
     @property
     def remaining_epochs(self) -> int | None:
@@ -49,84 +89,229 @@ class JobProgress:
             return None
         return max(0, self.total_epochs - self.epochs_done)
 
+    @property
+    def ended_early(self) -> bool:
+        return (self.exit_code is not None and not self.running and not self.finished
+                and not self.requeued_after_exit and self.total_epochs is not None
+                and self.epochs_done < self.total_epochs)
 
-def summarize(events: Iterable[Event]) -> JobProgress:
-    """Fold a job's accepted events (any order) into a :class:`JobProgress`."""
-    evs = sorted(events, key=lambda e: (e.ts, e.line_no))
-    if not evs:
-        return JobProgress()
-    by_epoch: dict[int, int] = {}
-    dur_by_epoch: dict[int, tuple[int, float]] = {}
-    v: dict = {"job_id": evs[-1].job, "restarts": 0}
-    bs = None
-    exit_code = None
-    exit_preempted = False
-    # timestamps of the last exit / (prolog_)start / end of a run / requeue
-    exit_ts = start_ts = end_ts = requeue_ts = -1.0
-    for e in evs:
+    def busy_seconds(self, default_s: float) -> float:
+        """Sum of the mean epoch duration of every completed epoch's batch size (no expansion)."""
+        d = self.epoch_duration_by_bs
+        return float(sum(d.get(b, default_s) * n for b, n in self.bs_runs))
+
+
+class ProgressState:
+    """Incremental, bounded fold of one job's events (see the module docstring)."""
+
+    __slots__ = ("job_id", "declared", "v", "runs", "dur", "epochs_done", "bs", "bs_ts", "ts", "exit",
+                 "ignored", "truncated")
+
+    def __init__(self, job_id: str | None = None, declared: Mapping[str, Any] | None = None):
+        self.job_id = job_id
+        self.declared: dict[str, Any] = {k: v for k, v in (declared or {}).items() if k in HINT_FIELDS}
+        self.v: dict[str, Any] = {"restarts": 0}
+        self.runs: list[list[int]] = []            # [[bs, epochs], ...] for epochs 0..epochs_done-1
+        self.dur: dict[int, list[float]] = {}      # bs -> [sum of duration_s, epochs]
+        self.epochs_done = 0
+        self.bs: int | None = None
+        self.bs_ts = -1.0
+        # timestamps: last event, last (prolog_)start, last end of a run, last requeue, last exit
+        self.ts = {"last": None, "start": -1.0, "end": -1.0, "requeue": -1.0, "exit": -1.0}
+        self.exit: dict[str, Any] = {}
+        self.ignored = 0
+        self.truncated = False
+
+    # --------------------------------------------------------------- folding
+    def set_declared(self, declared: Mapping[str, Any] | None) -> None:
+        """The job's comment hints (``epochs=`` bounds the epochs before the job reports its total)."""
+        self.declared = {k: v for k, v in (declared or {}).items() if k in HINT_FIELDS}
+
+    def limit(self) -> int:
+        total = self.v.get("total_epochs") or self.declared.get("epochs")
+        return min(int(total), MAX_EPOCHS) if total else MAX_EPOCHS
+
+    def add(self, events: Iterable[Event]) -> None:
+        for e in sorted(events, key=lambda e: (e.ts, e.line_no)):
+            self._add(e)
+
+    def _add(self, e: Event) -> None:
+        v, ts = self.v, self.ts
         v["restarts"] = max(v["restarts"], e.restart)
-        for name in ("total_epochs", "samples_per_epoch", "min_batch_size", "max_batch_size",
-                     "gpus", "peak_mem_bytes"):
+        if ts["last"] is None or e.ts > ts["last"]:
+            ts["last"] = e.ts
+        if e.kind == "epoch_end" and not self._epoch(e):
+            self.ignored += 1
+            return
+        for name in _LAST_FIELDS:
             val = getattr(e, name)
             if val is not None:
-                v[name] = max(val, v.get(name) or 0) if name == "peak_mem_bytes" else val
+                v[name] = val
+        if e.peak_mem_bytes is not None:
+            v["peak_mem_bytes"] = max(e.peak_mem_bytes, v.get("peak_mem_bytes") or 0)
         if e.gns is not None:
             v["last_gns"] = e.gns
         if e.throughput is not None:
-            v["last_throughput"] = e.throughput
-            v["last_throughput_bs"] = e.throughput_bs
-            v["last_throughput_gpus"] = e.throughput_gpus
+            v.update(last_throughput=e.throughput, last_throughput_bs=e.throughput_bs,
+                     last_throughput_gpus=e.throughput_gpus)
         if e.kind in ("start", "prolog_start"):
-            start_ts = e.ts
+            ts["start"] = max(ts["start"], e.ts)
             if e.kind == "start" and e.batch_size is not None:
-                bs = e.batch_size
+                self._set_bs(e)
         elif e.kind == "epoch_end":
-            by_epoch[e.epoch] = e.batch_size  # type: ignore[index]
-            dur_by_epoch[e.epoch] = (e.batch_size, e.duration_s)  # type: ignore[index,assignment]
-            bs = e.batch_size
+            self._set_bs(e)
             if e.throughput is None and e.samples and e.duration_s:
-                v["last_throughput"] = e.samples / e.duration_s
-                v["last_throughput_bs"] = e.batch_size
-                v["last_throughput_gpus"] = e.gpus
+                v.update(last_throughput=e.samples / e.duration_s, last_throughput_bs=e.batch_size,
+                         last_throughput_gpus=e.gpus)
         elif e.kind == "batch_size_change":
-            bs = e.batch_size
+            self._set_bs(e)
         elif e.kind == "checkpoint":
             v["last_checkpoint_path"] = e.path
             v["last_checkpoint_ts"] = e.ts
         elif e.kind == "exit":
-            exit_code = e.exit_code
-            exit_preempted = (e.reason or "").startswith("preempted")
-            exit_ts = end_ts = e.ts
+            if e.ts >= ts["exit"]:
+                self.exit = {"code": e.exit_code, "reason": e.reason}
+                ts["exit"] = e.ts
+            ts["end"] = max(ts["end"], e.ts)
         elif e.kind == "epilog_end":
-            end_ts = e.ts
+            ts["end"] = max(ts["end"], e.ts)
         elif e.kind == "requeue":
-            requeue_ts = end_ts = e.ts
-    epochs_done = (max(by_epoch) + 1) if by_epoch else 0
-    bs_list: list[int] = []
-    prev = None
-    for i in range(epochs_done):
-        cur = by_epoch.get(i, prev)
-        if cur is None:  # leading unknown epochs: take the first known one
-            cur = by_epoch[min(by_epoch)]
-        bs_list.append(cur)
-        prev = cur
-    sums: dict[int, list[float]] = {}
-    for b, d in dur_by_epoch.values():
-        acc = sums.setdefault(b, [0.0, 0.0])
-        acc[0] += d
+            ts["requeue"] = max(ts["requeue"], e.ts)
+            ts["end"] = max(ts["end"], e.ts)
+
+    def _set_bs(self, e: Event) -> None:
+        if e.ts >= self.bs_ts:
+            self.bs, self.bs_ts = e.batch_size, e.ts
+
+    def _epoch(self, e: Event) -> bool:
+        """Record one epoch_end; False if it is out of bounds (ignored)."""
+        n, bs = int(e.epoch), int(e.batch_size)
+        limit = min(int(e.total_epochs), MAX_EPOCHS) if e.total_epochs else self.limit()
+        if n >= limit or n > self.epochs_done + MAX_EPOCH_JUMP:
+            return False
+        if bs not in self.dur and len(self.dur) >= MAX_BATCH_SIZES:
+            return False
+        acc = self.dur.setdefault(bs, [0.0, 0])
+        acc[0] += float(e.duration_s)
         acc[1] += 1
-    total = v.get("total_epochs")
-    finished = bool(exit_code == 0 and exit_ts >= max(start_ts, requeue_ts)
-                    and (epochs_done >= total if total is not None else not exit_preempted))
-    return JobProgress(
-        epochs_done=epochs_done,
-        batch_size=bs,
-        bs_per_epoch=tuple(bs_list),
-        epoch_duration_by_bs={b: s / n for b, (s, n) in sorted(sums.items())},
-        finished=finished,
-        exit_code=exit_code,
-        last_event_ts=evs[-1].ts,
-        started=start_ts >= 0,
-        running=start_ts >= 0 and start_ts > end_ts,
-        **v,
-    )
+        if n >= self.epochs_done:           # new epoch(s): unreported ones take the previous size
+            gap = n - self.epochs_done
+            if gap:
+                self._append(self.runs[-1][0] if self.runs else bs, gap)
+            self._append(bs, 1)
+            self.epochs_done = n + 1
+        else:                               # an epoch redone after a restart: the latest report wins
+            self._replace(n, bs)
+        return True
+
+    def _append(self, bs: int, count: int) -> None:
+        if self.runs and self.runs[-1][0] == bs:
+            self.runs[-1][1] += count
+        else:
+            self.runs.append([bs, count])
+            self._bound()
+
+    def _replace(self, index: int, bs: int) -> None:
+        pos = 0
+        for i, (b, n) in enumerate(self.runs):
+            if index < pos + n:
+                if b == bs:
+                    return
+                before, after = index - pos, pos + n - index - 1
+                new = ([[b, before]] if before else []) + [[bs, 1]] + ([[b, after]] if after else [])
+                self.runs[i:i + 1] = new
+                self._merge()
+                self._bound()
+                return
+            pos += n
+
+    def _merge(self) -> None:
+        out: list[list[int]] = []
+        for b, n in self.runs:
+            if out and out[-1][0] == b:
+                out[-1][1] += n
+            else:
+                out.append([b, n])
+        self.runs = out
+
+    def _bound(self) -> None:
+        while len(self.runs) > MAX_RUNS:
+            (b0, n0), (_, n1) = self.runs[0], self.runs[1]
+            self.runs[0:2] = [[b0, n0 + n1]]
+            self.truncated = True
+
+    # --------------------------------------------------------------- results
+    def progress(self) -> JobProgress:
+        ts, v = self.ts, dict(self.v)
+        if ts["last"] is None:
+            return JobProgress(job_id=self.job_id, ignored=self.ignored,
+                               total_epochs=self.declared.get("epochs"))
+        total = v.get("total_epochs") or self.declared.get("epochs")     # the job's report, else the hint
+        exit_code, reason = self.exit.get("code"), self.exit.get("reason")
+        preempted = (reason or "").startswith("preempted")
+        finished = bool(exit_code == 0 and ts["exit"] >= max(ts["start"], ts["requeue"])
+                        and (self.epochs_done >= total if total is not None else not preempted))
+        v.pop("total_epochs", None)
+        return JobProgress(
+            job_id=self.job_id, epochs_done=self.epochs_done, total_epochs=total,
+            batch_size=self.bs, bs_runs=tuple((b, n) for b, n in self.runs),
+            epoch_duration_by_bs={b: s / n for b, (s, n) in sorted(self.dur.items())},
+            epochs_by_bs={b: int(n) for b, (_, n) in sorted(self.dur.items())},
+            finished=finished, exit_code=exit_code, exit_reason=reason, last_event_ts=ts["last"],
+            started=ts["start"] >= 0, running=ts["start"] >= 0 and ts["start"] > ts["end"],
+            requeued_after_exit=ts["exit"] >= 0 and ts["requeue"] >= ts["exit"],
+            ignored=self.ignored, history_truncated=self.truncated,
+            hint_conflicts=self.conflicts(), **v)
+
+    def conflicts(self) -> dict[str, dict[str, Any]]:
+        """Hints of the comment that the job's own report contradicts (the report is what counts)."""
+        reported = {"total_epochs": self.v.get("total_epochs"),
+                    "min_batch_size": self.v.get("min_batch_size"),
+                    "max_batch_size": self.v.get("max_batch_size"),
+                    "samples_per_epoch": self.v.get("samples_per_epoch"),
+                    "batch_size": self.runs[0][0] if self.runs else None}
+        out = {}
+        for key, fname in HINT_FIELDS.items():
+            hint, rep = self.declared.get(key), reported.get(fname)
+            if hint is not None and rep is not None and hint != rep:
+                out[key] = {"hint": hint, "reported": rep}
+        return out
+
+    # --------------------------------------------------------------- persistence
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, bounded (restored by :meth:`from_dict`)."""
+        return {"v": self.v, "runs": self.runs, "dur": {str(b): a for b, a in self.dur.items()},
+                "done": self.epochs_done, "bs": self.bs, "bs_ts": self.bs_ts, "ts": self.ts,
+                "exit": self.exit, "ignored": self.ignored, "truncated": self.truncated}
+
+    @classmethod
+    def from_dict(cls, job_id: str, data: Mapping[str, Any],
+                  declared: Mapping[str, Any] | None = None) -> "ProgressState":
+        """Restore a saved state; anything malformed gives a fresh state (events are re-read)."""
+        st = cls(job_id, declared)
+        try:
+            st.v = {str(k): val for k, val in dict(data["v"]).items()}
+            st.v.setdefault("restarts", 0)
+            st.runs = [[int(b), int(n)] for b, n in data["runs"]][:MAX_RUNS]
+            st.dur = {int(b): [float(a[0]), int(a[1])] for b, a in dict(data["dur"]).items()}
+            st.epochs_done = int(data["done"])
+            st.bs = None if data["bs"] is None else int(data["bs"])
+            st.bs_ts = float(data["bs_ts"])
+            st.ts = {k: (None if data["ts"][k] is None else float(data["ts"][k]))
+                     for k in ("last", "start", "end", "requeue", "exit")}
+            st.exit = dict(data.get("exit") or {})
+            st.ignored = int(data.get("ignored", 0))
+            st.truncated = bool(data.get("truncated", False))
+        except (KeyError, TypeError, ValueError, IndexError):
+            return cls(job_id, declared)
+        if len(st.dur) > MAX_BATCH_SIZES or sum(n for _, n in st.runs) != st.epochs_done:
+            return cls(job_id, declared)
+        return st
+
+
+def summarize(events: Iterable[Event], declared: Mapping[str, Any] | None = None) -> JobProgress:
+    """Fold a job's accepted events (any order) into a :class:`JobProgress`."""
+    evs = list(events)
+    st = ProgressState(evs[-1].job if evs else None, declared)
+    st.add(evs)
+    return st.progress()

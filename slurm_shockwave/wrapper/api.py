@@ -131,7 +131,8 @@ class Reporter:
         ``duration_s`` seconds on ``gpus`` GPUs.  Throughput is derived and tagged."""
         gpus = self.gpus if gpus is None else gpus
         fields = {**self.defaults, **extra}
-        if samples and duration_s and duration_s > 0 and "throughput" not in extra:
+        if samples and duration_s and duration_s > 0 and "throughput" not in extra \
+                and 1e-9 <= samples / duration_s <= 1e10:      # the schema's range (tiny test epochs)
             fields.update(throughput=samples / duration_s, throughput_bs=batch_size,
                           throughput_gpus=gpus)
         return self.emit("epoch_end", epoch=epoch, batch_size=batch_size, samples=samples,

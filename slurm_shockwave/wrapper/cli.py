@@ -1,6 +1,6 @@
 """``shockwave-run [options] -- CMD ...``: run a training program as a Shockwave-managed job.
 
-* sets up ``<store>/<jobid>/events.jsonl`` and exports SHOCKWAVE_* variables;
+* sets up ``<store>/users/<uid>/<jobid>/events.jsonl`` and exports SHOCKWAVE_* variables;
 * records ``start`` and ``exit`` (with the exit code) events;
 * forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 to the child;
 * turns the preemption signal (``--signal``, default USR1, as in ``sbatch
@@ -9,7 +9,10 @@
   the child's ``api.should_checkpoint()`` becomes true.  The child starts with that signal
   ignored until it installs its own handler, so an early signal cannot kill it.
 
-Exit status: the child's; 128+N if the child was killed by signal N.
+How a run ends is decided from the declared epochs (``outcome.py``): all done -> the child's status; stopped
+early on the preemption signal -> ``scontrol requeue``, retried with back-off until the job's time runs out,
+else exit 1 with one clear line; exit 0 with epochs left and no signal -> exit 1 ("ended early").
+Otherwise the exit status is the child's; 128+N if the child was killed by signal N.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from ..events.store import ensure_job_dir
 from ..events.writer import EventWriter
+from . import outcome
 from .context import JobContext, count_gpus, parse_signal, warn
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -129,7 +133,8 @@ class Runner:
                    pid=os.getpid())
         code = self._run_child(env)
         for s, h in previous.items():
-            signal.signal(s, h)
+            # a late checkpoint signal must not kill us as we exit (SIG_DFL of USR1 terminates): keep it ignored
+            signal.signal(s, signal.SIG_IGN if s == self.ckpt_sig and h in (signal.SIG_DFL, None) else h)
         shutil.rmtree(self.tmpdir, ignore_errors=True)
         return code
 
@@ -144,6 +149,7 @@ class Runner:
         for signum in self.pending:
             self._on_signal(signum, None)
         self.pending.clear()
+        info = outcome.job_info(self.ctx.job_id) if self.ctx.in_slurm else outcome.JobInfo()
         rc = self.child.wait()
         if rc == -int(self.ckpt_sig) and self._all_epochs_reported():
             rc = 0          # the checkpoint request arrived after the last epoch, while the program was exiting
@@ -155,15 +161,40 @@ class Runner:
             reason += " (signals: " + ",".join(sig_seen) + ")"
         if rc < 0:
             self._emit("exit", exit_code=rc, signal=-rc, reason=reason)
-            code = 128 - rc
-        else:
+            return 128 - rc
+        got = self._own_events() if self.writer is not None else None
+        if got is None:             # events disabled or unreadable: nothing to decide from
             self._emit("exit", exit_code=min(rc, 255), reason=reason)
-            code = rc
-        if self.requeue_on_signal and self.ckpt_sig in self.received and self.ctx.in_slurm \
-                and rc == 0 and not self._training_finished():
-            # the program stopped early to checkpoint: put the job back in the queue instead of letting
-            # Slurm record it as completed (the controller holds it until it is planned again)
-            self._self_requeue()
+            return rc
+        events, progress = got
+        out = outcome.decide(rc, progress, [int(s) for s in self.received], int(self.ckpt_sig),
+                             self._checkpointed_after_signal(events),
+                             outcome.hinted_epochs(info.comment, os.environ.get("SHOCKWAVE_MARKER", "shockwave")))
+        code = min(rc, 255)
+        left = f"{out.done}/{out.total} epochs" if out.total else f"{out.done} epochs"
+        if out.action == "requeue" and not (self.requeue_on_signal and self.ctx.in_slurm):
+            out = outcome.Outcome("ended_early", out.done, out.total)
+        if out.action == "requeue":
+            n0 = len(self.received)
+            ok, err = outcome.requeue_with_retry(
+                self.ctx.job_id, info.end_time, log=warn, default_retry_s=_retry_s(),
+                stop=lambda: signal.SIGTERM in self.received[n0:])
+            if ok:
+                reason += "; requeued"
+            else:
+                code = 1
+                reason = f"ended early: {left}, requeue failed: {err}"[:256]
+                print(f"shockwave-run: error: job {self.ctx.job_id} stopped after {left} and could not be "
+                      f"requeued before its time ran out (scontrol requeue: {err}); exiting 1 so Slurm does not "
+                      "record it as COMPLETED. Resubmit it: it resumes from its last checkpoint.", file=sys.stderr)
+        elif out.action == "ended_early":
+            code = 1
+            why = "after the checkpoint signal, but requeueing is off" if self.ckpt_sig in self.received \
+                else "without a preemption signal"
+            reason = f"ended early: {left} {why}"[:256]
+            print(f"shockwave-run: error: the program exited 0 after {left} {why}; exiting 1 so Slurm does "
+                  "not record the job as COMPLETED with work left.", file=sys.stderr)
+        self._emit("exit", exit_code=code, reason=reason)
         return code
 
     def _own_events(self):
@@ -171,7 +202,7 @@ class Runner:
         try:
             from ..events.reader import EventReader
             from ..events.summary import summarize
-            events = EventReader(self.ctx.store).read_job(self.ctx.job_id).events
+            events = EventReader(self.ctx.store).read_job(self.ctx.job_id, expected_uid=os.geteuid()).events
             return events, summarize(events)
         except Exception:  # noqa: BLE001 - the callers decide what an unreadable store means
             return None
@@ -180,28 +211,18 @@ class Runner:
         got = self._own_events()
         return got is not None and got[1].total_epochs is not None and got[1].epochs_done >= got[1].total_epochs
 
-    def _training_finished(self) -> bool:
-        """Did the job finish its training?  False only when it stopped early to checkpoint: it reported a
-        checkpoint after the preemption signal and has not reported all its epochs (when it said how many)."""
-        got = self._own_events()
-        if got is None:
-            return True                                  # never requeue blindly
-        events, p = got
-        if p.total_epochs is not None and p.epochs_done >= p.total_epochs:
-            return True
+    def _checkpointed_after_signal(self, events) -> bool:
         signalled = [e.ts for e in events if e.kind == "signal" and e.signal == int(self.ckpt_sig)
                      and e.restart == self.ctx.restart]
-        return not (signalled and any(e.kind == "checkpoint" and e.ts >= signalled[0] and e.restart == self.ctx.restart
-                                      for e in events))
+        return bool(signalled) and any(e.kind == "checkpoint" and e.ts >= signalled[0]
+                                       and e.restart == self.ctx.restart for e in events)
 
-    def _self_requeue(self) -> None:
-        try:
-            r = subprocess.run(["scontrol", "requeue", self.ctx.job_id], capture_output=True,
-                               text=True, timeout=15)
-            if r.returncode != 0:
-                warn(f"scontrol requeue failed: {r.stderr.strip()[:200]}")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            warn(f"scontrol requeue failed: {exc}")
+
+def _retry_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("SHOCKWAVE_REQUEUE_RETRY_S", outcome.DEFAULT_RETRY_S)))
+    except ValueError:
+        return outcome.DEFAULT_RETRY_S
 
 
 if __name__ == "__main__":  # pragma: no cover

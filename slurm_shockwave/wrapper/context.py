@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..events.schema import check_job_id
+from ..events.store import job_event_path
 
 ENV_STORE = "SHOCKWAVE_STORE"
 ENV_EVENT_FILE = "SHOCKWAVE_EVENT_FILE"
@@ -89,7 +90,7 @@ class JobContext:
             job_id = f"local-{int(time.time())}{os.getpid():07d}"
         restart = _int_or_zero(env.get("SLURM_RESTART_COUNT"), "SLURM_RESTART_COUNT")
         root = Path(store) if store else default_store(env)
-        event_file = root / job_id / "events.jsonl"
+        event_file = job_event_path(root, job_id)      # <store>/users/<uid>/<jobid>/events.jsonl
         if checkpoint_dir:
             ckpt = Path(checkpoint_dir)
         elif env.get(ENV_CKPT_DIR):

@@ -1,0 +1,139 @@
+"""THE marker rule and the strict hint validator for `--comment="shockwave epochs=30 bs=32 ..."`.
+
+One rule, shared by the controller (backends/slurm.py) and the prolog/epilog hook
+(prolog_epilog/shockwave_hook.py, which loads this file by path: the module-level code is standard
+library only; pydantic is imported when hints are parsed):
+
+* `is_marked(comment, marker)`: the comment, leading whitespace ignored, starts with the marker
+  (case-insensitive), followed by its end, any whitespace (a newline too) or one of ``:;,``.
+  ``"shockwave epochs=3"``, ``"Shockwave\\nepochs=3"``, ``"shockwave,epochs=3"`` are marked;
+  ``"shockwaves"``, ``"not shockwave"`` are not.
+* `parse_hints(comment, marker, max_gpus=None)`: the ``key=value`` hints after the marker, validated
+  strictly (ASCII digits only: ``"²".isdigit()`` is true in Python; bounds below; no unknown keys, no
+  repeated keys, ``min_bs <= bs <= max_bs``).  Invalid hints raise `HintError` with one line naming the
+  key and the value; the controller then quarantines the job (leaves it to Slurm), it never fails.
+
+Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..10^12 (samples per epoch),
+``epoch_s`` (seconds per epoch at ``bs``) > 0 and <= 10^7, ``gpus`` 1..the partition's GPUs.
+"""
+from __future__ import annotations
+
+import re
+
+SEPARATORS = ":;,"
+MAX_EPOCHS = 10**6
+MAX_BATCH = 2**24
+MAX_SAMPLES = 10**12
+MAX_EPOCH_S = 1e7
+INT_KEYS = ("epochs", "bs", "min_bs", "max_bs", "samples", "gpus")
+FLOAT_KEYS = ("epoch_s",)
+_ASCII_INT = re.compile(r"[0-9]{1,15}\Z", re.ASCII)
+_ASCII_FLOAT = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
+_SPLIT = re.compile(r"[\s:;,]+")
+
+
+class HintError(ValueError):
+    """Invalid hints in a job's comment (one line)."""
+
+
+def _rest_after_marker(comment, marker: str):
+    """The text after the marker, or None when the comment is not marked."""
+    if not isinstance(comment, str) or not isinstance(marker, str) or not marker.strip():
+        return None
+    text = comment.lstrip()
+    m = marker.strip()
+    if len(text) < len(m) or text[:len(m)].casefold() != m.casefold():
+        return None
+    rest = text[len(m):]
+    if rest and not (rest[0].isspace() or rest[0] in SEPARATORS):
+        return None
+    return rest
+
+
+def is_marked(comment, marker: str) -> bool:
+    """Does this job comment carry the marker? (the one rule of the controller and the hook)"""
+    return _rest_after_marker(comment, marker) is not None
+
+
+def _short(value: str, n: int = 24) -> str:
+    return repr(value if len(value) <= n else value[:n] + "...")
+
+
+_MODEL = None
+
+
+def _model():
+    """The pydantic model, built on first use (keeps this module importable without pydantic)."""
+    global _MODEL
+    if _MODEL is None:
+        from typing import Optional
+
+        from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+        class Hints(BaseModel):
+            model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
+            epochs: Optional[int] = Field(None, ge=1, le=MAX_EPOCHS)
+            bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
+            min_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
+            max_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
+            samples: Optional[int] = Field(None, ge=1, le=MAX_SAMPLES)
+            epoch_s: Optional[float] = Field(None, gt=0, le=MAX_EPOCH_S)
+            gpus: Optional[int] = Field(None, ge=1)
+
+            @model_validator(mode="after")
+            def _order(self):
+                lo, bs, hi = self.min_bs, self.bs, self.max_bs
+                if lo is not None and hi is not None and lo > hi:
+                    raise ValueError(f"min_bs={lo} is above max_bs={hi}")
+                if bs is not None and lo is not None and bs < lo:
+                    raise ValueError(f"bs={bs} is below min_bs={lo}")
+                if bs is not None and hi is not None and bs > hi:
+                    raise ValueError(f"bs={bs} is above max_bs={hi}")
+                return self
+
+            def as_dict(self) -> dict:
+                return {k: v for k, v in self.model_dump().items() if v is not None}
+
+        _MODEL = Hints
+    return _MODEL
+
+
+def parse_hints(comment, marker: str, max_gpus: int | None = None):
+    """The validated hints of a marked comment (a frozen pydantic model; `.as_dict()` gives the set keys),
+    None when the comment is not marked.  Raises HintError (one line) on any invalid hint."""
+    rest = _rest_after_marker(comment, marker)
+    if rest is None:
+        return None
+    values: dict = {}
+    for token in _SPLIT.split(rest):
+        if not token:
+            continue
+        key, eq, value = token.partition("=")
+        if not eq:
+            raise HintError(f"hint {_short(token)} is not key=value")
+        if key in INT_KEYS:
+            if not _ASCII_INT.match(value):
+                raise HintError(f"hint {key}={_short(value)}: not a whole number in ASCII digits")
+            number: float = int(value)
+        elif key in FLOAT_KEYS:
+            if not _ASCII_FLOAT.match(value):
+                raise HintError(f"hint {key}={_short(value)}: not a number in ASCII digits")
+            number = float(value)
+        else:
+            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)})")
+        if key in values:
+            raise HintError(f"hint {key} given twice")
+        values[key] = number
+    from pydantic import ValidationError
+    try:
+        hints = _model()(**values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = err.get("msg", "invalid").replace("Value error, ", "")
+        if not loc:
+            raise HintError(f"hints: {msg}") from None
+        raise HintError(f"hint {loc}={values.get(loc)}: {msg}") from None
+    if max_gpus is not None and hints.gpus is not None and hints.gpus > max_gpus:
+        raise HintError(f"hint gpus={hints.gpus}: the partition has {max_gpus} GPU(s)")
+    return hints
