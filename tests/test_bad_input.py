@@ -91,3 +91,25 @@ def test_cli_json_output_parses(tmp_path):
     data = json.loads(r.output)
     res = data["results"]["max_min_fairness"]
     assert res["jobs"] == 4 and res["makespan"] > 0 and res["worst_rho"] > 0
+
+
+def test_uninstall_refuses_while_a_controller_runs_in_one_line(tmp_path):
+    """`controller uninstall` under a live controller's lock: one line, exit 2, nothing touched."""
+    import fcntl
+    import os
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "events").mkdir()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[controller]\nstate_dir = "{state}"\nevent_store = "{tmp_path / "events"}"\n'
+                   '[policy]\nname = "fifo"\n')
+    (state / "controller.lock").write_text("31337")
+    fd = os.open(state / "controller.lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        res = CliRunner().invoke(cli, ["controller", "uninstall", "--config", str(cfg)])
+    finally:
+        os.close(fd)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "pid 31337" in lines[0] and "Traceback" not in res.output

@@ -1,35 +1,172 @@
-"""Controller config validation: one line per problem; the state store survives reopening."""
-import pytest
+"""Controller config validation (pydantic, strict): every bad value is one line naming the key and the value,
+all of them in one run, exit 2 from `controller run` and `controller check`; the state store survives reopening."""
+import math
 
+import pytest
+from click.testing import CliRunner
+
+from slurm_shockwave.cli.main import cli
 from slurm_shockwave.controller.config import ConfigError, config_from_dict, load_config
 from slurm_shockwave.controller.state import StateStore
+
+NAN, INF = float("nan"), float("inf")
+
+
+def problems_of(data):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(data, "c.toml")
+    problems = e.value.problems
+    assert all("\n" not in p and p.startswith("c.toml: ") for p in problems), problems
+    return problems
 
 
 def test_defaults_and_weights(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[controller]\nround_seconds = 20\nmode = "authoritative"\n[policy]\nname = "shockwave"\n'
-                 'config = "tacc_32gpus.json"\n[weights]\nusers = { alice = 2.0 }\naccounts = { lab = 1.5 }\n')
+                 'config = "tacc_32gpus.json"\n[weights]\nusers = { alice = 2.0 }\naccounts = { lab = 1.5 }\n'
+                 '[slurm]\nbin_dir = "/usr/bin"\nenv = { SLURM_CONF = "/etc/slurm/slurm.conf" }\n')
     cfg = load_config(p)
     assert cfg.round_seconds == 20 and cfg.mode == "authoritative"
     assert cfg.weight("alice", "lab") == 3.0 and cfg.weight("bob", "x") == 1.0
+    assert cfg.slurm_bin_dir == "/usr/bin" and cfg.slurm_env == {"SLURM_CONF": "/etc/slurm/slurm.conf"}
+    assert cfg.metrics_address == "127.0.0.1" and cfg.preempt_signal == "USR1"
+    assert cfg.state_path.name == "state.sqlite"
 
 
 def test_every_problem_is_reported_on_its_own_line():
-    with pytest.raises(ConfigError) as e:
-        config_from_dict({"controller": {"round_seconds": -1, "mode": "bossy", "colour": "red", "grace_seconds": "x"},
-                          "policy": {"name": "nope"}, "weights": {"users": {"a": -2}}, "extra": {}}, "c.toml")
-    problems = e.value.problems
+    problems = problems_of({"controller": {"round_seconds": -1, "mode": "bossy", "colour": "red", "grace_seconds": "x"},
+                            "policy": {"name": "nope"}, "weights": {"users": {"a": -2}}, "extra": {}})
     assert len(problems) == 7
-    assert all("\n" not in p and p.startswith("c.toml: ") for p in problems)
     joined = "\n".join(problems)
-    for needle in ("round_seconds", "controller.mode", "controller.colour", "grace_seconds", "policy.name",
-                   "weights.users.a", "[extra]"):
+    for needle in ("controller.round_seconds = -1", "controller.mode = 'bossy'", "controller.colour",
+                   "controller.grace_seconds = 'x'", "policy.name = 'nope'", "weights.users.a = -2", "[extra]"):
         assert needle in joined
 
 
-def test_missing_file(tmp_path):
+# every bad value the issue lists, plus the neighbouring ones: (section, key, value, text in the message)
+BAD_VALUES = [
+    ("controller", "round_seconds", NAN, "finite"),
+    ("controller", "round_seconds", INF, "finite"),
+    ("controller", "round_seconds", 0, "> 0"),
+    ("controller", "round_seconds", "120", "number"),
+    ("controller", "round_seconds", True, "number"),
+    ("controller", "grace_seconds", NAN, "finite"),
+    ("controller", "grace_seconds", -1, ">= 0"),
+    ("controller", "min_run_seconds", NAN, "finite"),
+    ("controller", "min_run_seconds", -5, ">= 0"),
+    ("controller", "slurm_timeout", 0, "> 0"),
+    ("controller", "slurm_timeout", -1, "> 0"),
+    ("controller", "slurm_timeout", NAN, "finite"),
+    ("controller", "slurm_timeout", INF, "finite"),
+    ("controller", "preempt_signal", "USR9", "signal"),
+    ("controller", "preempt_signal", "KILL", "checkpoint"),
+    ("controller", "preempt_signal", 10, "string"),
+    ("controller", "state_dir", "", "empty"),
+    ("controller", "state_dir", "   ", "empty"),
+    ("controller", "event_store", "", "empty"),
+    ("controller", "site_factor", 1.5, "integer"),
+    ("controller", "site_factor", 0, ">= 1"),
+    ("controller", "site_factor", 2**40, "<= 2147483645"),
+    ("controller", "metrics_port", 70000, "<= 65535"),
+    ("controller", "metrics_port", "9108", "integer"),
+    ("controller", "metrics_address", "not an address", "IP address"),
+    ("controller", "dry_run", "yes", "true or false"),
+    ("controller", "dry_run", 1, "true or false"),
+    ("controller", "mode", 3, "one of"),
+    ("controller", "marker", "", "empty"),
+    ("controller", "partition", "", "empty"),
+    ("controller", "partition", "gpu;rm", "plain name"),
+    ("weights", "users", {"alice": INF}, "finite"),
+    ("weights", "users", {"alice": NAN}, "finite"),
+    ("weights", "accounts", {"lab": 0}, "> 0"),
+    ("weights", "accounts", {"lab": "2"}, "number"),
+    ("weights", "users", ["alice"], "table"),
+    ("slurm", "env", {"SLURM_CONF": 5}, "string"),
+    ("slurm", "bin_dir", "", "empty"),
+    ("policy", "name", 5, "string"),
+]
+
+
+@pytest.mark.parametrize("section,key,value,why", BAD_VALUES, ids=[f"{s}.{k}={v!r}" for s, k, v, _ in BAD_VALUES])
+def test_bad_value_is_one_line_naming_key_and_value(section, key, value, why):
+    problems = problems_of({section: {key: value}})
+    assert len(problems) == 1, problems
+    line = problems[0]
+    assert f"{section}.{key}" in line
+    shown = str(value) if isinstance(value, float) and not math.isfinite(value) else None
+    if shown is not None or not isinstance(value, (dict, list)):
+        assert (shown or repr(value)) in line, line
+    assert why in line, line
+
+
+@pytest.mark.parametrize("section", ["controller", "policy", "weights", "slurm"])
+@pytest.mark.parametrize("value", [5, "text", [1, 2], True])
+def test_wrong_type_of_a_whole_section_is_one_line(section, value):
+    problems = problems_of({section: value})
+    assert problems == [f"c.toml: [{section}]: must be a table, got {value!r}"]
+
+
+def test_problems_of_every_section_come_in_one_run():
+    problems = problems_of({"controller": {"round_seconds": INF, "slurm_timeout": -1, "preempt_signal": "NOPE"},
+                            "weights": {"users": {"a": NAN}}, "slurm": 3, "policy": {"shockwave": {"k": -1}}})
+    assert len(problems) == 6
+    assert any(p.startswith("c.toml: policy.shockwave.k = -1") for p in problems)
+
+
+def test_inline_shockwave_table_every_typo_and_bad_value():
+    problems = problems_of({"policy": {"shockwave": {"lamda": 3, "k": NAN, "future_rounds": 0, "lambda": 12}}})
+    assert len(problems) == 3
+    assert problems[0].startswith("c.toml: policy.shockwave.lamda: unknown setting")
+    assert "policy.shockwave.k = nan" in problems[1] and "policy.shockwave.future_rounds = 0" in problems[2]
+
+
+def test_signal_names_are_normalised():
+    for given in ("USR2", "sigusr2", "SIGUSR2", " usr2 "):
+        assert config_from_dict({"controller": {"preempt_signal": given}}).preempt_signal == "USR2"
+
+
+def test_policy_hyperparameters_of_a_non_shockwave_policy_are_refused():
+    problems = problems_of({"policy": {"name": "fifo", "config": "tacc_32gpus.json"}})
+    assert len(problems) == 1 and "policy.config" in problems[0]
+
+
+def test_missing_shockwave_config_file_is_one_line(tmp_path):
+    problems = problems_of({"policy": {"config": str(tmp_path / "nope.json")}})
+    assert len(problems) == 1 and "nope.json" in problems[0]
+
+
+def test_missing_file_and_toml_syntax(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "none.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[controller\nround_seconds = 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(bad)
+    assert len(e.value.problems) == 1 and "bad.toml" in e.value.problems[0]
+
+
+@pytest.mark.parametrize("command", [["controller", "check", "--syntax-only"], ["controller", "run", "--max-rounds", "1"],
+                                     ["controller", "check"]])
+def test_cli_exits_2_with_every_problem_and_no_traceback(tmp_path, command):
+    p = tmp_path / "c.toml"
+    p.write_text('[controller]\nround_seconds = inf\nslurm_timeout = -1\npreempt_signal = "NOPE"\nstate_dir = ""\n'
+                 '[weights]\nusers = { a = nan }\n')
+    res = CliRunner().invoke(cli, [*command, "--config", str(p)])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 5 and all(ln.startswith("Error: ") for ln in lines), res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "state").exists()
+
+
+def test_check_json_prints_config_problems(tmp_path):
+    import json
+    p = tmp_path / "c.toml"
+    p.write_text('[controller]\nround_seconds = nan\n')
+    res = CliRunner().invoke(cli, ["controller", "check", "--json", "--config", str(p)])
+    assert res.exit_code == 2
+    out = json.loads(res.output)
+    assert out["ok"] is False and len(out["problems"]) == 1 and "round_seconds = nan" in out["problems"][0]
 
 
 def test_state_store_journal_and_reopen(tmp_path):
@@ -49,3 +186,18 @@ def test_state_store_journal_and_reopen(tmp_path):
     assert s.held_by_us() == {"6"}
     ro = StateStore(tmp_path / "state.sqlite", readonly=True)
     assert ro.get("policy_state") == {"x": 1}
+
+
+def test_the_documented_example_is_valid():
+    from pathlib import Path
+    cfg = load_config(Path(__file__).resolve().parent.parent / "docs" / "config.example.toml")
+    assert cfg.metrics_port == 9108 and cfg.metrics_address == "127.0.0.1" and cfg.slurm_bin_dir is None
+    from solver.policies.shockwave import ShockwaveConfig
+    assert cfg.policy == "shockwave" and cfg.policy_config == ShockwaveConfig()          # the built-in defaults
+
+
+def test_round_timing_knobs():
+    cfg = config_from_dict({"controller": {"poll_seconds": 2, "min_round_seconds": 3.5}})
+    assert cfg.poll_seconds == 2 and cfg.min_round_seconds == 3.5
+    assert config_from_dict({}).poll_seconds is None
+    assert len(problems_of({"controller": {"poll_seconds": 0, "min_round_seconds": NAN}})) == 2

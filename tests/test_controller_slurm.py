@@ -16,8 +16,7 @@ from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.controller.state import StateStore
-from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
-from tests.slurm_fixtures import make_root, wait_for
+from tests.slurm_fixtures import cluster_up, make_root, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -30,17 +29,7 @@ while [ $i -lt {seconds} ]; do sleep 1; i=$((i+1)); done
 
 @pytest.fixture(scope="module")
 def cluster():
-    root = make_root("shockwave-ctl-")
-    c = LocalCluster(root=root, nodes=1, gpus_per_node=2)
-    try:
-        c.ensure_installed()
-        c.up()
-    except SlurmUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield c
-    finally:
-        c.down()
+    yield from cluster_up("shockwave-ctl-", nodes=1, gpus_per_node=2)
 
 
 def submit(c, root: Path, name, seconds=600, gpus=1, comment="shockwave epochs=10 bs=32 epoch_s=30", hold=False):
@@ -149,9 +138,10 @@ def test_advisory_holds_deferred_and_never_preempts(cluster):
         assert js[b].state == "RUNNING" and js[b].restart_count == 0          # advisory: never preempted
         assert js[c_].held and js[c_].state_reason == "JobHeldAdmin"
         assert js[user_held].held and js[user_held].state_reason == "JobHeldUser"
-        pol.plan = {a, b, c_}
+        pol.plan = {a, c_}                      # b is not planned but, advisory, keeps running
         ctl.run(max_rounds=1)
         assert not jobs_by_id(cluster, {c_})[c_].held                         # released when planned
+        assert jobs_by_id(cluster, {b})[b].state == "RUNNING"
     finally:
         ctl.close()
         cancel(cluster, [a, b, c_, user_held])

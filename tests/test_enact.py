@@ -1,11 +1,16 @@
-"""The enactment reconcile: only differences, batched, idempotent, requeue at most once."""
-from slurm_shockwave.controller.enact import Observed, reconcile
+"""The enactment reconcile: only differences, batched, idempotent, requeue at most once; holds are owned
+through the AdminComment mark (controller/ownership.py), never through Slurm's hold reason."""
+from slurm_shockwave.controller.enact import MAX_REASON_REWRITES, Enactor, Observed, reconcile
+from slurm_shockwave.controller.ownership import format_mark, marked, parse_mark, unmarked
 
 HIGH = 1000
+HELD = format_mark("held", "deferred")
+PREEMPTED = format_mark("held", "preempted")
 
 
-def obs(i, state="PENDING", held=False, reason="", restarts=0, sf=None, gpus=1, wanted=None):
-    return Observed(i, state, held, reason, restarts, sf, gpus, wanted)
+def obs(i, state="PENDING", held=False, reason="", restarts=0, sf=None, gpus=1, wanted=None, ac=""):
+    return Observed(i, state, held, reason, restarts, sf, gpus, wanted, admin_comment=ac,
+                    mark=parse_mark(ac).status if parse_mark(ac) else None)
 
 
 def verbs(actions):
@@ -17,20 +22,105 @@ def never(_job, _restarts):
 
 
 def test_advisory_releases_planned_and_holds_deferred_in_batches():
-    jobs = [obs(1, held=True, reason="JobHeldAdmin"), obs(2), obs(3), obs(4, state="RUNNING")]
+    jobs = [obs(1, held=True, reason="JobHeldAdmin", ac=HELD), obs(2), obs(3), obs(4, state="RUNNING")]
     acts = verbs(reconcile(jobs, {1, 4}, "advisory", HIGH, 0.0, {}, 60, never))
-    assert acts == {("release", None): (1,), ("site_factor", HIGH): (1,), ("site_factor", 0): (2, 3),
-                    ("hold", None): (2, 3)}
+    assert acts == {("release", ""): (1,), ("site_factor", HIGH): (1,), ("site_factor", 0): (2, 3),
+                    ("hold", HELD): (2, 3)}
 
 
 def test_reconcile_is_idempotent_once_slurm_matches():
-    jobs = [obs(1, sf=HIGH), obs(2, held=True, reason="JobHeldAdmin", sf=0), obs(4, state="RUNNING")]
+    jobs = [obs(1, sf=HIGH), obs(2, held=True, reason="JobHeldAdmin", sf=0, ac=HELD), obs(4, state="RUNNING")]
     assert reconcile(jobs, {1, 4}, "advisory", HIGH, 0.0, {}, 60, never) == []
 
 
 def test_user_holds_are_not_released():
     jobs = [obs(1, held=True, reason="JobHeldUser", sf=HIGH)]
     assert reconcile(jobs, {1}, "advisory", HIGH, 0.0, {}, 60, never) == []
+
+
+def test_an_admins_own_hold_is_not_ours_whatever_its_reason():
+    """JobHeldAdmin without our mark (a site admin's hold) is never released: ownership is the mark."""
+    jobs = [obs(1, held=True, reason="JobHeldAdmin", sf=HIGH)]
+    assert reconcile(jobs, {1}, "authoritative", HIGH, 0.0, {}, 60, never) == []
+
+
+def test_marked_user_hold_left_by_requeuehold_is_ours():
+    """kill -9 between `requeuehold` and `hold`: PENDING, JobHeldUser, marked -> ours: held as admin while
+    deferred, released when planned."""
+    left = [obs(5, held=True, reason="JobHeldUser", restarts=1, sf=0, ac=PREEMPTED)]
+    assert verbs(reconcile(left, set(), "authoritative", HIGH, 0.0, {}, 60, never)) == {("hold", PREEMPTED): (5,)}
+    assert verbs(reconcile(left, {5}, "authoritative", HIGH, 0.0, {}, 60, never)) == \
+        {("release", ""): (5,), ("site_factor", HIGH): (5,)}
+
+
+def test_marked_but_not_held_is_held_again_or_unmarked():
+    """kill -9 between writing the mark and `hold`: held when deferred, unmarked when planned."""
+    j = [obs(6, sf=0, ac=HELD)]
+    assert verbs(reconcile(j, set(), "advisory", HIGH, 0.0, {}, 60, never)) == {("hold", HELD): (6,)}
+    assert verbs(reconcile(j, {6}, "advisory", HIGH, 0.0, {}, 60, never)) == \
+        {("mark", ""): (6,), ("site_factor", HIGH): (6,)}
+    running = [obs(6, state="RUNNING", ac=HELD)]
+    assert verbs(reconcile(running, {6}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("mark", ""): (6,)}
+
+
+def test_an_admins_comment_is_kept_around_our_mark():
+    mine = marked("site: keep", "held", "deferred, planned at 14:32")
+    assert mine == "site: keep | shockwave:held deferred, planned at 14:32"
+    assert parse_mark(mine).reason == "deferred, planned at 14:32" and unmarked(mine) == "site: keep"
+    assert parse_mark("site: keep") is None and parse_mark("shockwave:bogus x") is None
+    assert parse_mark(marked("a | b", "held", "x|y\nz")).reason == "x y z"       # no separator, no newline
+    jobs = [obs(2, held=True, reason="JobHeldAdmin", sf=0, ac=mine)]
+    assert verbs(reconcile(jobs, {2}, "advisory", HIGH, 0.0, {}, 60, never)) == \
+        {("release", "site: keep"): (2,), ("site_factor", HIGH): (2,)}
+
+
+def test_orphans_are_released_and_unmarked():
+    orphans = [obs(3, held=True, reason="JobHeldAdmin", ac=HELD), obs(4, state="RUNNING", ac=HELD)]
+    assert verbs(reconcile([], set(), "advisory", HIGH, 0.0, {}, 60, never, orphans=orphans)) == \
+        {("release", ""): (3,), ("mark", ""): (4,)}
+
+
+def test_reason_rewrites_are_batched_and_bounded():
+    jobs = [obs(i, held=True, reason="JobHeldAdmin", sf=0, ac=HELD) for i in range(100)]
+    same = {i: "waits: planned at 14:32" for i in range(100)}
+    acts = reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never, reasons=same)
+    assert [(a.verb, len(a.job_ids)) for a in acts] == [("mark", 100)]
+    unique = {i: f"waits {i}" for i in range(100)}
+    acts = reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never, reasons=unique)
+    assert len(acts) == MAX_REASON_REWRITES
+    # unchanged text: nothing rewritten
+    jobs = [obs(1, held=True, reason="JobHeldAdmin", sf=0, ac=format_mark("held", "waits"))]
+    assert reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never, reasons={1: "waits"}) == []
+
+
+class FakeCLI:
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a, **k: self.calls.append((name, a, k))
+
+
+class FakeState:
+    def intend(self, *a):
+        return 1
+
+    def settle(self, *a):
+        pass
+
+
+def test_the_mark_is_written_before_the_hold_and_cleared_after_the_release():
+    cli = FakeCLI()
+    en = Enactor(cli, FakeState())
+    acts = reconcile([obs(1), obs(2, held=True, reason="JobHeldUser", sf=HIGH, ac=HELD),
+                      obs(3, state="RUNNING", restarts=0)], {2}, "authoritative", HIGH, 100.0, {3: 0.0}, 60, never)
+    seen = []
+    en.execute(0, acts, {}, on_done=lambda a: seen.append(a.verb))
+    names = [(n, a[0] if a else None, k.get("AdminComment")) for n, a, k in cli.calls]
+    assert names.index(("scontrol_update", [3], PREEMPTED)) < names.index(("requeue", [3], None))
+    assert names.index(("scontrol_update", [1], HELD)) < names.index(("hold", [1], None))
+    assert names.index(("release", [2], None)) < names.index(("scontrol_update", [2], ""))
+    assert seen == [a.verb for a in acts]
 
 
 def test_advisory_never_preempts_running_jobs():
@@ -44,7 +134,7 @@ def test_authoritative_signals_then_requeues_after_grace():
     waiting = reconcile(jobs, set(), "authoritative", HIGH, 130.0, {5: 100.0}, 60, never)
     assert waiting == []
     later = verbs(reconcile(jobs, set(), "authoritative", HIGH, 161.0, {5: 100.0}, 60, never))
-    assert later == {("requeue_hold", None): (5,)}
+    assert later == {("requeue_hold", PREEMPTED): (5,)}
 
 
 def test_a_journalled_requeue_is_never_repeated():
@@ -54,12 +144,12 @@ def test_a_journalled_requeue_is_never_repeated():
     # after the requeue really happened the restart count moved on: a later preemption is allowed
     jobs = [obs(5, state="RUNNING", restarts=1)]
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 900.0, {5: 800.0}, 60, done)) == \
-        {("requeue_hold", None): (5,)}
+        {("requeue_hold", PREEMPTED): (5,)}
 
 
 def test_requeue_held_job_is_released_when_planned_again():
-    jobs = [obs(5, held=True, reason="job_requeued_in_held_state", restarts=1, sf=HIGH)]
-    assert verbs(reconcile(jobs, {5}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("release", None): (5,)}
+    jobs = [obs(5, held=True, reason="job_requeued_in_held_state", restarts=1, sf=HIGH, ac=PREEMPTED)]
+    assert verbs(reconcile(jobs, {5}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("release", ""): (5,)}
 
 
 def test_pending_job_asking_for_other_gpus_is_updated():
@@ -79,3 +169,41 @@ def test_a_job_that_just_started_is_not_preempted_yet():
     old = [Observed(9, "RUNNING", False, "", 0, None, 1, None, 130.0)]
     assert verbs(reconcile(old, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120)) == \
         {("signal", "USR1"): (9,)}
+
+
+def test_a_signal_to_an_earlier_run_does_not_count():
+    """The job was signalled, requeued (by its wrapper) and restarted between two observations: its new run
+    gets its own signal and grace, it is not requeued at once without a checkpoint."""
+    jobs = [obs(5, state="RUNNING", restarts=1)]
+    assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 0]}, 60, never)) == \
+        {("signal", "USR1"): (5,)}
+    assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 1]}, 60, never)) == \
+        {("requeue_hold", PREEMPTED): (5,)}
+
+
+def test_a_job_held_while_running_is_released_with_its_mark():
+    """It started between our observation and our hold: priority 0 while running, and a later requeue would
+    bring it back held.  Planned: released (not only unmarked); deferred in advisory mode: hold and mark kept."""
+    j = [obs(4, state="RUNNING", held=True, reason="JobHeldAdmin", ac=HELD)]
+    assert verbs(reconcile(j, {4}, "advisory", HIGH, 0.0, {}, 60, never)) == {("release", ""): (4,)}
+    assert verbs(reconcile(j, {4}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("release", ""): (4,)}
+    assert reconcile(j, set(), "advisory", HIGH, 0.0, {}, 60, never) == []
+    free = [obs(4, state="RUNNING", ac=HELD)]
+    assert verbs(reconcile(free, set(), "advisory", HIGH, 0.0, {}, 60, never)) == {("mark", ""): (4,)}
+
+
+def test_enactment_stops_at_the_first_call_slurmctld_does_not_answer():
+    from slurm_shockwave.slurmcli import SlurmTimeout
+
+    class Down(FakeCLI):
+        def __getattr__(self, name):
+            def call(*a, **k):
+                self.calls.append((name, a, k))
+                raise SlurmTimeout("`scontrol hold 1` timed out after 5s")
+            return call
+
+    cli = Down()
+    acts = reconcile([obs(1), obs(2, sf=0, held=True, ac=HELD), obs(3, state="RUNNING")], {2}, "authoritative",
+                     HIGH, 100.0, {}, 60, never)
+    results = Enactor(cli, FakeState()).execute(0, acts, {})
+    assert len(cli.calls) == 1 and [s for _, s in results] == ["failed"] + ["skipped"] * (len(acts) - 1)

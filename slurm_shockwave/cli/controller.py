@@ -1,21 +1,38 @@
-"""`shockwave controller run|check|uninstall`: the Slurm controller daemon."""
+"""`shockwave controller run|check|uninstall`: the Slurm controller daemon.
+
+Exit status: 0 done; 1 the controller cannot run (state directory, state database, metrics port, another
+instance, Slurm/world problems found by `check`); 2 the config file is invalid (systemd's unit does not
+restart on 2: RestartPreventExitStatus=2).
+"""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 
 import click
 
 from .common import OneLineError, emit_json
 
+log = logging.getLogger("slurm_shockwave.controller")
 
-def _config(path, dry_run=False):
+
+class RunError(OneLineError):
+    """A one-line error that is not about the config file: exit 1 (systemd restarts the service)."""
+
+    exit_code = 1
+
+
+def _config(path, dry_run=False, as_json=False):
     from ..controller.config import ConfigError, load_config
     try:
         cfg = load_config(path)
     except ConfigError as e:
-        for problem in e.problems:
-            click.echo(f"Error: {problem}", err=True)
+        if as_json:
+            emit_json({"ok": False, "source": str(path), "problems": e.problems})
+        else:
+            for problem in e.problems:
+                click.echo(f"Error: {problem}", err=True)
         sys.exit(2)
     if dry_run:
         cfg.dry_run = True
@@ -27,54 +44,74 @@ def controller():
     """Run the Shockwave controller against a Slurm cluster."""
 
 
-@controller.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Controller config (TOML), e.g. /etc/shockwave/config.toml.")
-@click.option("--dry-run", is_flag=True, help="Shadow mode: decide and log what would be enacted, enact nothing.")
-@click.option("--max-rounds", type=int, default=None, help="Stop after this many rounds (default: run until SIGTERM).")
-@click.option("--log-json", is_flag=True, help="Structured (JSON lines) logs on stderr.")
-def run(config_path, dry_run, max_rounds, log_json):
-    """Run the round loop: read Slurm, solve the market, enact it; until SIGTERM."""
-    from ..controller.daemon import AlreadyRunning, Controller, JsonFormatter
-    from ..controller.metrics_server import ControllerMetrics
-    cfg = _config(config_path, dry_run)
+def _setup_logging(log_json: bool) -> None:
+    from ..controller.daemon import JsonFormatter
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_json else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
+
+
+@controller.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="Controller config (TOML), e.g. /etc/shockwave/config.toml.")
+@click.option("--dry-run", is_flag=True, help="Shadow mode: decide and log what would be enacted, enact nothing.")
+@click.option("--max-rounds", type=click.IntRange(min=1), default=None,
+              help="Stop after this many rounds (default: run until SIGTERM).")
+@click.option("--log-json", is_flag=True, help="Structured (JSON lines) logs on stderr.")
+def run(config_path, dry_run, max_rounds, log_json):
+    """Run the round loop: read Slurm, solve the market, enact it; until SIGTERM (SIGHUP reloads the config)."""
+    from ..controller.daemon import AlreadyRunning, Controller
+    from ..controller.faults import StartupError, metrics_error, state_db_error
+    from ..controller.metrics_server import ControllerMetrics
+    cfg = _config(config_path, dry_run)
+    _setup_logging(log_json)
     metrics = ControllerMetrics()
     try:
-        ctl = Controller(cfg, metrics=metrics)
-    except AlreadyRunning as e:
-        raise OneLineError(str(e)) from None
-    if cfg.metrics_port:
-        metrics.serve(cfg.metrics_port)
-    ctl.install_signal_handlers()
-    logging.getLogger("slurm_shockwave.controller").info(
-        "controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy, cfg.round_seconds,
-        cfg.partition, " (dry run)" if cfg.dry_run else "")
+        ctl = Controller(cfg, metrics=metrics, force_dry_run=dry_run)
+    except (AlreadyRunning, StartupError) as e:
+        raise RunError(str(e)) from None
     try:
-        n = ctl.run(max_rounds=max_rounds)
+        if cfg.metrics_port:
+            try:
+                metrics.serve(cfg.metrics_port, cfg.metrics_address)
+            except OSError as e:
+                raise RunError(str(metrics_error(cfg.metrics_address, cfg.metrics_port, e))) from None
+        ctl.install_signal_handlers()
+        ctl.warn_about_slurm_conf()
+        log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy,
+                 cfg.round_seconds, cfg.partition, " (dry run)" if cfg.dry_run else "")
+        try:
+            n = ctl.run(max_rounds=max_rounds)
+        except sqlite3.Error as e:
+            raise RunError(str(state_db_error(cfg.state_path, e))) from None
     finally:
+        metrics.shutdown()
         ctl.close()
-    logging.getLogger("slurm_shockwave.controller").info("controller stopped after %d round(s)", n)
+    log.info("controller stopped after %d round(s)", n)
 
 
 @controller.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True)
-def check(config_path, as_json):
-    """Validate a controller config: one line per problem, exit 2 if any."""
-    cfg = _config(config_path)
-    summary = {"source": cfg.source, "mode": cfg.mode, "round_seconds": cfg.round_seconds, "policy": cfg.policy,
-               "partition": cfg.partition, "managed_by": cfg.managed_by, "state_dir": cfg.state_dir,
-               "event_store": cfg.event_store}
+@click.option("--json", "as_json", is_flag=True, help="Print the summary and the problems as JSON.")
+@click.option("--syntax-only", is_flag=True, help="Only validate the file; do not look at Slurm or the disks.")
+def check(config_path, as_json, syntax_only):
+    """Check a controller config and the world it runs in: one line per problem; exit 2 (config) or 1 (world)."""
+    from ..controller.preflight import check_world, summary
+    cfg = _config(config_path, as_json=as_json)
+    problems = [] if syntax_only else check_world(cfg)
     if as_json:
-        emit_json(summary)
+        emit_json({"ok": not problems, **summary(cfg), "problems": problems})
     else:
-        click.echo("config OK: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+        for p in problems:
+            click.echo(f"Error: {p}", err=True)
+        if not problems:
+            what = "config OK" if syntax_only else "config and cluster OK"
+            click.echo(f"{what}: " + ", ".join(f"{k}={v}" for k, v in summary(cfg).items()))
+    if problems:
+        sys.exit(1)
 
 
 @controller.command()
@@ -82,12 +119,12 @@ def check(config_path, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def uninstall(config_path, as_json):
     """Release the jobs the controller holds and reset the SiteFactors it set."""
-    from ..controller.daemon import uninstall as do_uninstall
+    from ..controller.uninstall import ControllerRunning, uninstall as do_uninstall
     from ..slurmcli import SlurmError
     cfg = _config(config_path)
     try:
         done = do_uninstall(cfg)
-    except (SlurmError, OSError) as e:
+    except (SlurmError, OSError, ControllerRunning) as e:
         raise OneLineError(str(e).splitlines()[0]) from None
     if as_json:
         emit_json(done)

@@ -1,17 +1,22 @@
 """`shockwave controller run`: the round loop on the Slurm backend, as a service.
 
 Single instance (an flock'ed lock file in the state directory); SIGTERM/SIGINT finish the current round
-and exit cleanly; slurmctld down or slow: log, back off (doubling up to a round), retry, never act on a
-partial read; every round and every action is journalled in SQLite first, so kill -9 at any point and a
-restart resume without losing or repeating an action.
+and exit cleanly; SIGHUP reloads the config file at the next round boundary if it is valid (else the
+running config is kept and the problems are logged); slurmctld down or slow: log, back off (doubling up
+to a round), retry, never act on a partial read; every round and every action is journalled in SQLite
+first, so kill -9 at any point and a restart resume without losing or repeating an action.  When the
+state cannot be written (disk full, read-only remount) nothing is enacted: the round is retried with
+back-off until writes succeed again, and the controller resumes by itself.
 """
 from __future__ import annotations
 
 import fcntl
+import inspect
 import json
 import logging
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -19,10 +24,14 @@ from solver.policies import make_policy
 
 from ..backends.slurm import SlurmBackend
 from ..slurmcli import SlurmCLI, SlurmError
+from .config import RESTART_ONLY, ConfigError, load_config
+from .faults import StartupError, check_state_db, state_db_error, state_dir_error, storage_problem
 from .loop import RoundLoop
 from .state import StateStore
 
 log = logging.getLogger("slurm_shockwave.controller")
+#: a partition with no nodes / no GPUs / no usable node is warned about at the first round and every N rounds
+PARTITION_WARN_EVERY = 10
 
 
 class AlreadyRunning(RuntimeError):
@@ -38,13 +47,43 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(d)
 
 
+def make_cli(cfg) -> SlurmCLI:
+    """The Slurm CLI of a config: its env, timeout and (when the CLI layer supports it) bin_dir."""
+    kw = {}
+    bin_dir = getattr(cfg, "slurm_bin_dir", None)
+    if bin_dir and "bin_dir" in inspect.signature(SlurmCLI.__init__).parameters:
+        kw["bin_dir"] = bin_dir
+    return SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout, **kw)
+
+
 class Controller:
-    def __init__(self, cfg, cli=None, reader=None, metrics=None, clock=time.time):
+    def __init__(self, cfg, cli=None, reader=None, metrics=None, clock=time.time, force_dry_run: bool = False):
         self.cfg = cfg
-        Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._lock(Path(cfg.state_dir) / "controller.lock")
-        self.state = StateStore(cfg.state_path)
-        self.cli = cli or SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout)
+        self.force_dry_run = force_dry_run or False
+        if self.force_dry_run:
+            cfg.dry_run = True
+        state_dir = Path(cfg.state_dir)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = self._lock(state_dir / "controller.lock")
+        except AlreadyRunning:
+            raise
+        except OSError as e:
+            raise state_dir_error(state_dir, e) from None
+        bad = check_state_db(cfg.state_path) if Path(cfg.state_path).exists() else None
+        if bad:                                  # corrupt pages anywhere, not only in the header: refuse at start
+            os.close(self._lock_fd)
+            raise StartupError(bad)
+        try:
+            self.state = StateStore(cfg.state_path)
+            self.state.next_round()
+        except sqlite3.Error as e:
+            os.close(self._lock_fd)
+            raise state_db_error(cfg.state_path, e) from None
+        except OSError as e:
+            os.close(self._lock_fd)
+            raise state_dir_error(state_dir, e) from None
+        self.cli = cli or make_cli(cfg)
         if reader is None:
             from ..events.reader import EventReader
             reader = EventReader(cfg.event_store)
@@ -59,9 +98,15 @@ class Controller:
                 log.warning("could not restore the policy state; starting it fresh")
         self.backend = SlurmBackend(self.cli, cfg, self.state, reader, metrics, clock)
         self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal_decision, on_round=self._after)
-        self.state.put("config", {"mode": cfg.mode, "round_seconds": cfg.round_seconds, "partition": cfg.partition,
-                                  "policy": cfg.policy, "dry_run": cfg.dry_run, "pid": os.getpid(),
-                                  "started": time.time()})
+        self._reload_requested = False
+        self._storage_down_since: float | None = None
+        self._rounds_done = 0
+        self._try_write(lambda: self.state.put("config", {
+            "mode": cfg.mode, "round_seconds": cfg.round_seconds, "partition": cfg.partition, "policy": cfg.policy,
+            "dry_run": cfg.dry_run, "pid": os.getpid(), "started": time.time()}))
+        if metrics:
+            metrics.round_length.set(cfg.round_seconds)
+            metrics.enacting.set(0 if cfg.dry_run else 1)
 
     # ------------------------------------------------------------------ lifecycle
     @staticmethod
@@ -73,44 +118,141 @@ class Controller:
             other = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise AlreadyRunning(f"another controller holds {path} (pid {other})") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        except OSError:
+            os.close(fd)
+            raise
         return fd
 
     def install_signal_handlers(self) -> None:
         def stop(signum, _frame):
             log.info("signal %s: finishing the round, then exiting", signal.Signals(signum).name)
             self.backend.stop_event.set()
+
+        def hup(_signum, _frame):
+            log.info("SIGHUP: reloading %s at the next round boundary", self.cfg.source)
+            self._reload_requested = True
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, hup)
 
     def close(self) -> None:
-        self.state.close()
-        os.close(self._lock_fd)
+        try:
+            self.state.close()
+        finally:
+            os.close(self._lock_fd)
 
     def run(self, max_rounds: int | None = None) -> int:
         """Run rounds until stopped (or max_rounds).  Returns the number of rounds completed."""
         backoff, done = 1.0, 0
         while not self.backend.done() and (max_rounds is None or done < max_rounds):
+            if self._reload_requested:
+                self._reload_requested = False
+                self.reload()
             r = self.backend.round_index
-            self.state.begin_round(r, time.time())
             try:
+                self.state.begin_round(r, time.time())
                 self.loop.run_round()
             except SlurmError as e:
-                self.state.finish_round(r, "slurm_error")      # the round is retried under the same number
-                outage = self.state.get("slurm_outage", {"count": 0})
-                self.state.put("slurm_outage", {"count": outage["count"] + 1, "last_error": str(e).splitlines()[0],
-                                                "ts": time.time()})
-                if self.metrics:
-                    self.metrics.slurm_failures.inc()
-                    self.metrics.rounds.labels("slurm_error").inc()
-                log.warning("round %d: Slurm unavailable (%s); retrying in %.1f s", r, str(e).splitlines()[0], backoff)
-                self.backend.stop_event.wait(backoff)
-                backoff = min(backoff * 2, self.cfg.round_seconds)
+                self._slurm_down(r, e, backoff)
+            except (sqlite3.Error, OSError) as e:
+                why = storage_problem(e)
+                if why is None:
+                    raise
+                self._storage_down(r, why, backoff)
+            else:
+                backoff = 1.0
+                done += 1
                 continue
-            backoff = 1.0
-            done += 1
+            self.backend.stop_event.wait(backoff)
+            backoff = min(backoff * 2, self.cfg.round_seconds)
         return done
+
+    # ------------------------------------------------------------------ faults
+    def _slurm_down(self, r: int, e: SlurmError, backoff: float) -> None:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        self._try_write(lambda: self.state.finish_round(r, "slurm_error"))   # retried under the same number
+        outage = self._try_read(lambda: self.state.get("slurm_outage", {"count": 0})) or {"count": 0}
+        self._try_write(lambda: self.state.put("slurm_outage", {"count": outage["count"] + 1, "last_error": first,
+                                                                "ts": time.time()}))
+        if self.metrics:
+            self.metrics.slurm_failures.inc()
+            self.metrics.rounds.labels("slurm_error").inc()
+            self.metrics.up.set(0)
+        log.warning("round %d: Slurm unavailable (%s); retrying in %.1f s", r, first, backoff)
+
+    def _storage_down(self, r: int, why: str, backoff: float) -> None:
+        try:
+            if self.state.db.in_transaction:
+                self.state.db.rollback()
+        except sqlite3.Error:
+            pass
+        if self.metrics:
+            self.metrics.state_write_failures.inc()
+            self.metrics.rounds.labels("state_error").inc()
+            self.metrics.up.set(0)
+            self.metrics.enacting.set(0)
+        if self._storage_down_since is None:
+            self._storage_down_since = time.time()
+            log.error("round %d: the state cannot be written (%s) in %s: enacting nothing until writes succeed "
+                      "again; free space on (or remount read-write) that filesystem, the controller resumes by "
+                      "itself", r, why, self.cfg.state_dir)
+        else:
+            log.warning("round %d: state still not writable (%s); retrying in %.1f s", r, why, backoff)
+
+    def _try_write(self, fn) -> bool:
+        try:
+            fn()
+            return True
+        except (sqlite3.Error, OSError) as e:
+            why = storage_problem(e)
+            if why is None:
+                raise
+            log.warning("state write skipped: %s", why)
+            return False
+
+    def _try_read(self, fn):
+        try:
+            return fn()
+        except sqlite3.Error:
+            return None
+
+    # ------------------------------------------------------------------ SIGHUP
+    def reload(self) -> bool:
+        """Re-read the config file; apply it if valid (restart-only keys keep their running value)."""
+        path = self.cfg.source
+        try:
+            new = load_config(path)
+        except ConfigError as e:
+            log.error("SIGHUP: %s has %d problem(s); keeping the running config: %s", path, len(e.problems),
+                      "; ".join(e.problems))
+            if self.metrics:
+                self.metrics.config_reloads.labels("rejected").inc()
+            return False
+        new.dry_run = new.dry_run or self.force_dry_run
+        kept = [k for k in RESTART_ONLY if getattr(new, k) != getattr(self.cfg, k)]
+        old_policy = (self.cfg.policy, self.cfg.policy_config)
+        changed = self.cfg.update_from(new, keep=RESTART_ONLY)
+        self.backend.round_length = float(self.cfg.round_seconds)
+        if hasattr(self.backend, "enactor"):
+            self.backend.enactor.dry_run = self.cfg.dry_run
+        self.cli.timeout = self.cfg.slurm_timeout
+        self.cli.env = dict(self.cfg.slurm_env)
+        if hasattr(self.cli, "bin_dir"):
+            self.cli.bin_dir = self.cfg.slurm_bin_dir
+        if (self.cfg.policy, self.cfg.policy_config) != old_policy:
+            self.policy = make_policy(self.cfg.policy, self.cfg.policy_config or None)
+            self.loop.policy = self.policy
+            log.info("SIGHUP: policy is now %s (its learned state starts fresh)", self.cfg.policy)
+        if self.metrics:
+            self.metrics.config_reloads.labels("ok").inc()
+            self.metrics.round_length.set(self.cfg.round_seconds)
+            self.metrics.enacting.set(0 if self.cfg.dry_run else 1)
+        log.info("SIGHUP: reloaded %s; changed: %s%s", path, ", ".join(changed) or "nothing",
+                 f"; needs a restart, running value kept: {', '.join(kept)}" if kept else "")
+        return True
 
     # ------------------------------------------------------------------ hooks
     def _journal_decision(self, view, decision, elapsed, fallback) -> None:
@@ -126,52 +268,81 @@ class Controller:
         if hasattr(self.policy, "state_dict"):
             try:
                 self.state.put("policy_state", self.policy.state_dict())
+            except (sqlite3.Error, OSError):
+                raise                           # state not writable: the round stops here, nothing enacted
             except Exception:  # noqa: BLE001
                 log.warning("policy state not saved", exc_info=True)
         if self.metrics:
-            m = self.metrics
-            m.solve_seconds.observe(elapsed)
-            if fallback:
-                m.fallbacks.labels("loop").inc()
-            path = (decision.info or {}).get("path")
-            if path == "fallback":
-                m.fallbacks.labels("solver").inc()
-            m.gpus_capacity.set(view.num_gpus)
-            m.gpus_planned.set(planned)
-            m.gpus_used.set(busy)
-            states = {"running": 0, "pending": 0}
-            for j in view.jobs:
-                states["running" if j.ran_last_round else "pending"] += 1
-            for k, v in states.items():
-                m.jobs.labels(k).set(v)
-            for j in (decision.info or {}).get("jobs", {}).values():
-                if isinstance(j, dict) and j.get("rho_hat") is not None:
-                    m.rho_hat.observe(float(j["rho_hat"]))
-            if self.reader is not None:
-                m.events_accepted.set(getattr(self.reader, "accepted", 0) or 0)
-                for reason, n in self.reader.rejected.items():
-                    m.events_rejected.labels(reason).set(n)
+            self._round_metrics(view, decision, elapsed, fallback, planned, busy)
+
+    def _round_metrics(self, view, decision, elapsed, fallback, planned, busy) -> None:
+        m = self.metrics
+        m.solve_seconds.observe(elapsed)
+        if fallback:
+            m.fallbacks.labels("loop").inc()
+        if (decision.info or {}).get("path") == "fallback":
+            m.fallbacks.labels("solver").inc()
+        m.gpus_capacity.set(view.num_gpus)
+        m.gpus_planned.set(planned)
+        m.gpus_used.set(busy)
+        states = {"running": 0, "pending": 0}
+        for j in view.jobs:
+            states["running" if j.ran_last_round else "pending"] += 1
+        for k, v in states.items():
+            m.jobs.labels(k).set(v)
+        for j in (decision.info or {}).get("jobs", {}).values():
+            if isinstance(j, dict) and j.get("rho_hat") is not None:
+                m.rho_hat.observe(float(j["rho_hat"]))
+        if self.reader is not None:
+            m.set_event_counts(getattr(self.reader, "accepted", 0) or 0, dict(getattr(self.reader, "rejected", {})))
 
     def _after(self, record, view) -> None:
         self.state.finish_round(record.round_index, "done")
+        now = time.time()
+        if self._storage_down_since is not None:
+            log.info("state writable again after %.0f s; enacting again", now - self._storage_down_since)
+            self._storage_down_since = None
         if self.metrics:
-            self.metrics.rounds.labels("done").inc()
+            m = self.metrics
+            m.rounds.labels("done").inc()
+            m.up.set(1)
+            m.enacting.set(0 if self.cfg.dry_run else 1)
+            m.last_round.set(now)
+            m.round_index.set(record.round_index)
         log.info("round %d: %d active, %d planned, %.3f s to decide%s", record.round_index, record.active,
                  len(record.run), record.decide_seconds, " (fallback)" if record.fallback else "")
+        if self._rounds_done % PARTITION_WARN_EVERY == 0:
+            self._check_partition()
+        self._rounds_done += 1
+
+    def warn_about_slurm_conf(self) -> list[str]:
+        """At start: log (not fail on) slurm.conf settings the controller needs (`controller check` lists them)."""
+        from .preflight import check_slurm_conf, parse_show_config
+        try:
+            text = self.cli.run(["scontrol", "show", "config"]).stdout
+        except SlurmError:
+            return []                           # Slurm down: the round loop reports and retries
+        problems = check_slurm_conf(parse_show_config(text), self.cfg.mode)
+        for p in problems:
+            log.warning("%s", p)
+        return problems
+
+    def _check_partition(self) -> None:
+        """Warn (not silence) when the managed partition has no nodes, no GPUs or no usable node."""
+        try:
+            nodes = self.cli.sinfo_nodes()
+        except SlurmError:
+            return
+        part = self.cfg.partition
+        mine = [n for n in nodes if part in n.partitions]
+        if not mine:
+            log.warning("partition %r has no nodes (or does not exist): nothing will be planned; check "
+                        "controller.partition and slurm.conf (`shockwave controller check`)", part)
+        elif not sum(n.gpus for n in mine):
+            log.warning("partition %r has %d node(s) but no GPUs (gres gpu): nothing will be planned; check Gres= "
+                        "and GresTypes=gpu in slurm.conf", part, len(mine))
+        elif not any(n.available for n in mine):
+            log.warning("partition %r: all %d node(s) are down or drained: nothing will be planned", part, len(mine))
 
 
-def uninstall(cfg, cli=None) -> dict:
-    """Remove what the controller did to Slurm: release the jobs it holds, reset their SiteFactor to 0."""
-    state = StateStore(cfg.state_path)
-    cli = cli or SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout)
-    held = sorted(state.held_by_us(), key=int)
-    touched = sorted({a["job_id"] for a in state.actions(verb="site_factor", status="done")}, key=int)
-    live = {str(j.job_id): j for j in cli.squeue_jobs()}
-    to_release = [j for j in held if j in live and live[j].held]
-    to_reset = [j for j in touched if j in live and live[j].pending]
-    if to_reset:
-        cli.scontrol_update(to_reset, SiteFactor=0)
-    if to_release:
-        cli.release(to_release)
-    state.close()
-    return {"released": to_release, "site_factor_reset": to_reset}
+from .uninstall import uninstall  # noqa: E402,F401  (moved to controller/uninstall.py; kept importable here)

@@ -10,20 +10,32 @@ authoritative: additionally a running job that lost its round is signalled (its 
     job a second time.
 A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
 running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).
+
+Ownership of holds (controller/ownership.py): a job is marked in its AdminComment before the controller
+holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
+(never a user's or an admin's own hold, whatever Slurm's hold reason says), re-holds a marked job left with
+the user hold of ``requeuehold`` (a crash between ``requeuehold`` and ``hold``), and releases and unmarks a
+marked job it no longer manages (`orphans`).
 """
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
+
+from .ownership import marked, parse_mark, unmarked
 
 log = logging.getLogger("slurm_shockwave.enact")
 
-OUR_HOLD_REASONS = ("JobHeldAdmin", "job_requeued_in_held_state")
+#: at most this many distinct mark texts are rewritten per round just to refresh a held job's reason
+MAX_REASON_REWRITES = 4
+#: parts of a reason that change every round without news for the user (a countdown): not put in the mark
+_VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
 
 @dataclass(frozen=True)
 class Action:
-    verb: str              # site_factor | hold | release | signal | requeue_hold | update_gpus
+    verb: str              # site_factor | hold | release | signal | requeue_hold | update_gpus | mark
     job_ids: tuple
     value: object = None
 
@@ -40,46 +52,95 @@ class Observed:
     gpus: int
     wanted_gpus: int | None = None     # from the job's events, when it asked for another GPU count
     running_for: float | None = None   # seconds since it (re)started, while running
+    admin_comment: str = ""            # as Slurm shows it (our mark lives there, see ownership.py)
+    mark: str | None = None            # status of our mark ("held") or None: is the hold ours?
 
 
 def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, signalled: dict, grace: float,
-              already_requeued, signal: str = "USR1", min_run: float = 0.0) -> list[Action]:
-    """The actions that bring Slurm to the desired state.  `signalled` maps job -> time of its preemption
-    signal (updated in place by the caller after enactment); `already_requeued(job, restart_count)`.
-    A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing)."""
+              already_requeued, signal: str = "USR1", min_run: float = 0.0, reasons: dict | None = None,
+              orphans: list[Observed] = ()) -> list[Action]:
+    """The actions that bring Slurm to the desired state.  `signalled` maps job -> [time, restart count] of its
+    preemption signal (updated by the caller after enactment); `already_requeued(job, restart_count)`.
+    A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing).
+    `reasons`: job -> short human reason put into the mark of a held job; `orphans`: marked jobs that
+    are no longer managed (released if held, unmarked)."""
     by_verb: dict[tuple, list] = {}
+    rewrites: dict[str, list] = {}
+    reasons = {k: _VOLATILE.sub("", v) for k, v in (reasons or {}).items() if isinstance(v, str)}
 
     def add(verb, job, value=None):
         by_verb.setdefault((verb, value), []).append(job)
 
     for j in jobs:
         planned = j.job_id in run
+        ours = j.mark == "held"
         if j.state == "PENDING":
             if j.wanted_gpus and j.wanted_gpus != j.gpus:
                 add("update_gpus", j.job_id, j.wanted_gpus)
             if planned:
-                if j.held and j.hold_reason in OUR_HOLD_REASONS:
-                    add("release", j.job_id)
+                if ours:
+                    add("release" if j.held else "mark", j.job_id, unmarked(j.admin_comment))
                 if j.site_factor != high:
                     add("site_factor", j.job_id, high)
             else:
                 if j.site_factor != 0:
                     add("site_factor", j.job_id, 0)
-                if not j.held:
-                    add("hold", j.job_id)
-        elif j.state == "RUNNING" and mode == "authoritative" and (
-                not planned or (j.wanted_gpus and j.wanted_gpus != j.gpus)):
+                old = parse_mark(j.admin_comment) if ours else None
+                reason = reasons.get(j.job_id) or (old.reason if old else "") or "deferred"
+                want = marked(j.admin_comment, "held", reason)
+                if not j.held or (ours and j.hold_reason == "JobHeldUser"):
+                    add("hold", j.job_id, want)          # mark first, then hold (as admin)
+                elif ours and want != j.admin_comment:
+                    rewrites.setdefault(want, []).append(j.job_id)
+        elif j.state == "RUNNING":
+            lost = not planned or (j.wanted_gpus and j.wanted_gpus != j.gpus)
+            if ours and (mode != "authoritative" or not lost):
+                # a job can be held while running (it started between our observation and our hold): the
+                # hold stays with it (a requeue brings it back held), so it is released with its mark
+                if planned:
+                    add("release" if j.held else "mark", j.job_id, unmarked(j.admin_comment))
+                elif not j.held:
+                    add("mark", j.job_id, unmarked(j.admin_comment))
+            if mode != "authoritative" or not lost:
+                continue
             # lost its round, or asks for another GPU count (resized while pending after the requeue)
-            since = signalled.get(j.job_id)
+            since = _signal_time(signalled.get(j.job_id), j.restart_count)
             if since is None and j.running_for is not None and j.running_for < min_run:
                 continue
             if since is None:
                 add("signal", j.job_id, signal)
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):
-                add("requeue_hold", j.job_id)
-    order = ("update_gpus", "signal", "requeue_hold", "site_factor", "hold", "release")
+                add("requeue_hold", j.job_id, marked(j.admin_comment, "held", reasons.get(j.job_id) or "preempted"))
+    for o in orphans:
+        if o.held:
+            add("release", o.job_id, unmarked(o.admin_comment))
+        else:
+            add("mark", o.job_id, unmarked(o.admin_comment))
+    # refreshing only the reason of an already held job: the biggest groups first, a bounded number of calls
+    for text, ids in sorted(rewrites.items(), key=lambda kv: -len(kv[1]))[:MAX_REASON_REWRITES]:
+        for jid in ids:
+            add("mark", jid, text)
+    order = ("update_gpus", "signal", "requeue_hold", "site_factor", "hold", "release", "mark")
     return [Action(verb, tuple(sorted(ids)), value)
             for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
+
+
+def _unreachable(exc: Exception) -> bool:
+    """Did this call fail because slurmctld did not answer (rather than because of the job)?"""
+    from ..slurmcli import SlurmTimeout
+    text = str(exc).lower()
+    return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or \
+        "connection refused" in text
+
+
+def _signal_time(entry, restart_count: int):
+    """When this run of the job got its preemption signal: `signalled` holds [time, restart count]; a signal
+    sent to an earlier run (the job was requeued and restarted since) does not count for this one."""
+    if isinstance(entry, (list, tuple)):
+        if len(entry) != 2 or entry[1] != restart_count:
+            return None
+        entry = entry[0]
+    return entry if isinstance(entry, (int, float)) else None
 
 
 class Enactor:
@@ -88,7 +149,10 @@ class Enactor:
     def __init__(self, cli, state, dry_run: bool = False, metrics=None):
         self.cli, self.state, self.dry_run, self.metrics = cli, state, dry_run, metrics
 
-    def execute(self, round_index: int, actions: list[Action], restart_counts: dict) -> list[tuple[Action, str]]:
+    def execute(self, round_index: int, actions: list[Action], restart_counts: dict,
+                on_done=None) -> list[tuple[Action, str]]:
+        """Run the actions in order; `on_done(action)` right after each one succeeded (e.g. to save at once
+        that a job was signalled, so a crash right after does not signal it again)."""
         results = []
         for a in actions:
             if self.dry_run:
@@ -104,6 +168,14 @@ class Enactor:
                 results.append((a, "failed"))
                 if self.metrics:
                     self.metrics.enact_errors.labels(a.verb).inc()
+                if _unreachable(e):
+                    # slurmctld is away: the other calls would each wait for their timeout too; the next
+                    # round re-reads Slurm and reconciles what is left
+                    skipped = actions[actions.index(a) + 1:]
+                    if skipped:
+                        log.warning("slurmctld unreachable: %d action(s) left for the next round", len(skipped))
+                    results.extend((b, "skipped") for b in skipped)
+                    break
                 continue
             self.state.settle(ids, "done")
             log.info("enacted %s%s on %d job(s): %s", a.verb, f" {a.value}" if a.value is not None else "",
@@ -111,6 +183,8 @@ class Enactor:
             if self.metrics:
                 self.metrics.enact_actions.labels(a.verb).inc(len(a.job_ids))
             results.append((a, "done"))
+            if on_done is not None:
+                on_done(a)
         return results
 
     def _call(self, a: Action) -> None:
@@ -118,14 +192,23 @@ class Enactor:
         if a.verb == "site_factor":
             self.cli.scontrol_update(ids, SiteFactor=a.value)
         elif a.verb == "hold":
+            self.cli.scontrol_update(ids, AdminComment=a.value)      # ours, before we act
             self.cli.hold(ids)
         elif a.verb == "release":
             self.cli.release(ids)
-            # a released job may still carry a requeue's begin time; let it start in this round
-            self.cli.scontrol_update(ids, StartTime="now")
+            # a released job may still carry a requeue's begin time; let it start in this round (best effort:
+            # scontrol fails for a job that already started, and still updates the others of the list)
+            try:
+                self.cli.scontrol_update(ids, StartTime="now")
+            except Exception as e:  # noqa: BLE001
+                log.debug("StartTime=now on %s: %s", ids, e)
+            self.cli.scontrol_update(ids, AdminComment=a.value)      # not ours any more, after the release
+        elif a.verb == "mark":
+            self.cli.scontrol_update(ids, AdminComment=a.value)
         elif a.verb == "signal":
             self.cli.signal(ids, a.value, scope="batch")
         elif a.verb == "requeue_hold":
+            self.cli.scontrol_update(ids, AdminComment=a.value)      # ours, before we act
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)

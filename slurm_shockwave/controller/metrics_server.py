@@ -1,13 +1,56 @@
-"""Prometheus metrics of the controller (prometheus-client, own registry, served on config.metrics_port)."""
+"""Prometheus metrics of the controller (prometheus-client, own registry, served on metrics_address:metrics_port).
+
+Cumulative values are counters (exposed with `_total`, prometheus_client's naming); values of the current
+round are gauges.  Alerting on a stuck or degraded controller:
+
+    shockwave_up == 0                                               # Slurm unreachable or state not writable
+    time() - shockwave_last_round_completed_timestamp_seconds
+        > 3 * shockwave_round_length_seconds                        # no round completed for 3 rounds
+    up{job="shockwave"} == 0                                        # the process is gone (Prometheus' own)
+"""
 from __future__ import annotations
 
+import threading
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+
+
+class _EventLines:
+    """Event-line counts as counters, read from the latest snapshot (set once per round by the daemon)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._accepted = 0
+        self._rejected: dict[str, int] = {}
+
+    def set(self, accepted: int, rejected: dict) -> None:
+        with self._lock:
+            self._accepted = max(self._accepted, int(accepted))
+            for reason, n in rejected.items():
+                self._rejected[str(reason)] = max(self._rejected.get(str(reason), 0), int(n))
+
+    def collect(self):
+        with self._lock:
+            accepted, rejected = self._accepted, dict(self._rejected)
+        a = CounterMetricFamily("shockwave_event_lines_accepted", "Event lines accepted since the controller started")
+        a.add_metric([], accepted)
+        yield a
+        r = CounterMetricFamily("shockwave_event_lines_rejected", "Event lines rejected since the controller started",
+                                labels=["reason"])
+        for reason, n in sorted(rejected.items()):
+            r.add_metric([reason], n)
+        yield r
+
+    def describe(self):
+        return []
 
 
 class ControllerMetrics:
     def __init__(self):
         r = self.registry = CollectorRegistry()
-        self.rounds = Counter("shockwave_rounds", "Rounds completed", ["status"], registry=r)
+        self.rounds = Counter("shockwave_rounds", "Round attempts by outcome (done, slurm_error, state_error)",
+                              ["status"], registry=r)
         self.solve_seconds = Histogram("shockwave_solve_seconds", "Policy decision time per round",
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
         self.fallbacks = Counter("shockwave_solver_fallbacks", "Rounds decided by a fallback", ["kind"], registry=r)
@@ -19,13 +62,37 @@ class ControllerMetrics:
                                  buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 3, 5), registry=r)
         self.enact_actions = Counter("shockwave_enact_actions", "Enactment actions issued", ["verb"], registry=r)
         self.enact_errors = Counter("shockwave_enact_errors", "Enactment actions that failed", ["verb"], registry=r)
-        self.events_accepted = Gauge("shockwave_event_lines_accepted", "Event lines accepted (cumulative)",
-                                     registry=r)
-        self.events_rejected = Gauge("shockwave_event_lines_rejected", "Event lines rejected (cumulative)",
-                                     ["reason"], registry=r)
+        self.event_lines = _EventLines()
+        r.register(self.event_lines)
         self.slurm_latency = Histogram("shockwave_slurm_read_seconds", "Latency of reading the Slurm queue",
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
         self.slurm_failures = Counter("shockwave_slurm_failures", "Failed Slurm reads", registry=r)
+        self.state_write_failures = Counter("shockwave_state_write_failures",
+                                            "Rounds abandoned because the state could not be written (disk full...)",
+                                            registry=r)
+        self.config_reloads = Counter("shockwave_config_reloads", "SIGHUP reloads by result (ok, rejected)",
+                                      ["result"], registry=r)
+        self.up = Gauge("shockwave_up", "1 while rounds complete; 0 while Slurm is unreachable or the state is "
+                        "not writable", registry=r)
+        self.enacting = Gauge("shockwave_enacting", "1 when decisions are enacted; 0 in dry run or while the "
+                              "state is not writable", registry=r)
+        self.last_round = Gauge("shockwave_last_round_completed_timestamp_seconds",
+                                "Unix time at which the last round completed", registry=r)
+        self.round_length = Gauge("shockwave_round_length_seconds", "Configured round length", registry=r)
+        self.round_index = Gauge("shockwave_round", "Index of the last completed round", registry=r)
+        self.server = None
+
+    def set_event_counts(self, accepted: int, rejected: dict) -> None:
+        self.event_lines.set(accepted, rejected)
 
     def serve(self, port: int, addr: str = "127.0.0.1"):
-        return start_http_server(port, addr=addr, registry=self.registry)
+        """Listen on addr:port (raises OSError, e.g. EADDRINUSE); returns the bound port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self.server = server
+        return server.server_port
+
+    def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

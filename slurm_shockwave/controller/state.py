@@ -26,16 +26,21 @@ CREATE TABLE IF NOT EXISTS actions (
     restart_count INTEGER, status TEXT, ts REAL, error TEXT);
 CREATE INDEX IF NOT EXISTS actions_job ON actions (job_id, verb, status);
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS round_views (round INTEGER PRIMARY KEY, ts REAL, payload TEXT);
+CREATE TABLE IF NOT EXISTS epoch_history (
+    user TEXT, program TEXT, bs INTEGER, epochs INTEGER, seconds REAL, PRIMARY KEY (user, program, bs));
 """
+KEEP_ROUND_VIEWS = 5            # snapshots kept (status reads the latest; a few for post-mortems)
 
 
 class StateStore:
     def __init__(self, path, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no controller state at {self.path}")
-            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            self.db = _open_readonly(self.path)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -96,7 +101,7 @@ class StateStore:
                 self.db.execute(
                     "INSERT INTO jobs(job_id, user, account, gpus, state, submit_time, first_seen, last_seen, restarts, view)"
                     " VALUES(:job_id, :user, :account, :gpus, :state, :submit_time, :now, :now, :restarts, :view)"
-                    " ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, last_seen=excluded.last_seen,"
+                    " ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, last_seen=excluded.last_seen, finished=NULL,"
                     " gpus=excluded.gpus, restarts=excluded.restarts, view=excluded.view",
                     {**r, "now": now, "view": json.dumps(r.get("view", {}), default=str)})
 
@@ -106,6 +111,66 @@ class StateStore:
             for j in job_ids:
                 self.db.execute("UPDATE jobs SET finished=?, state='FINISHED' WHERE job_id=? AND finished IS NULL",
                                 (now, str(j)))
+
+    def first_submit_times(self) -> dict[str, float]:
+        """{job: the submit time it had when first seen} (Slurm moves submit_time on every requeue)."""
+        rows = self.db.execute("SELECT job_id, submit_time FROM jobs WHERE submit_time IS NOT NULL"
+                               " AND finished IS NULL")
+        return {r["job_id"]: float(r["submit_time"]) for r in rows}
+
+    def finish_jobs(self, final: dict, now: float) -> None:
+        """Mark jobs finished with their final Slurm state and last view: {job_id: (state, view or None)}."""
+        with self.db:
+            self.db.execute("BEGIN")
+            for j, (state, view) in final.items():
+                if view is None:
+                    self.db.execute("UPDATE jobs SET finished=?, state=? WHERE job_id=? AND finished IS NULL",
+                                    (now, state, str(j)))
+                else:
+                    self.db.execute("UPDATE jobs SET finished=?, state=?, view=? WHERE job_id=? AND finished IS NULL",
+                                    (now, state, json.dumps(view, default=str), str(j)))
+
+    # ------------------------------------------------------------------ per-round snapshot (status/explain)
+    def record_view(self, round_index: int, payload: dict) -> None:
+        """The exact job view and decision of one round: what `status` and `explain` show."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("INSERT OR REPLACE INTO round_views(round, ts, payload) VALUES(?, ?, ?)",
+                            (round_index, time.time(), json.dumps(payload, default=str)))
+            self.db.execute("DELETE FROM round_views WHERE round < ?", (round_index - KEEP_ROUND_VIEWS,))
+
+    def latest_view(self) -> dict | None:
+        try:
+            row = self.db.execute("SELECT round, ts, payload FROM round_views ORDER BY round DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:      # a state written before this table existed
+            return None
+        if row is None:
+            return None
+        d = json.loads(row["payload"])
+        d.setdefault("round", row["round"])
+        d["recorded_at"] = row["ts"]
+        return d
+
+    # ------------------------------------------------------------------ epoch history (ETAs before epoch 1)
+    def add_epoch_history(self, user: str, program: str, durations: dict, counts: dict) -> None:
+        """Fold a finished job's mean epoch durations per batch size into (user, program)'s history."""
+        with self.db:
+            self.db.execute("BEGIN")
+            for bs, d in durations.items():
+                n = int(counts.get(bs, 1) or 1)
+                self.db.execute(
+                    "INSERT INTO epoch_history(user, program, bs, epochs, seconds) VALUES(?, ?, ?, ?, ?)"
+                    " ON CONFLICT(user, program, bs) DO UPDATE SET epochs=epochs+excluded.epochs,"
+                    " seconds=seconds+excluded.seconds", (user, program, int(bs), n, float(d) * n))
+
+    def epoch_history(self, user: str, program: str) -> dict[int, tuple[float, int]]:
+        """{batch size: (mean epoch seconds, epochs seen)} of the user's finished jobs of this program."""
+        try:
+            rows = self.db.execute("SELECT bs, epochs, seconds FROM epoch_history WHERE user=? AND program=?",
+                                   (user, program)).fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {int(r["bs"]): (r["seconds"] / r["epochs"], int(r["epochs"])) for r in rows if r["epochs"]}
 
     def jobs(self, include_finished: bool = False) -> list[dict]:
         q = "SELECT * FROM jobs" + ("" if include_finished else " WHERE finished IS NULL") + " ORDER BY first_seen"
@@ -157,3 +222,73 @@ class StateStore:
         for r in rows:
             (held.add if r["verb"] in ("hold", "requeue_hold") else held.discard)(r["job_id"])
         return held
+
+    def set_quarantined(self, rows: list[dict], now: float) -> None:
+        """(H-safety) Jobs left to Slurm because their data is invalid: state 'QUARANTINED', the one-line reason
+        in view["quarantined"] (rows: job_id, user, account, gpus, submit_time, restarts, reason)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            for r in rows:
+                self.db.execute(
+                    "INSERT INTO jobs(job_id, user, account, gpus, state, submit_time, first_seen, last_seen, restarts, view)"
+                    " VALUES(:job_id, :user, :account, :gpus, 'QUARANTINED', :submit_time, :now, :now, :restarts, :view)"
+                    " ON CONFLICT(job_id) DO UPDATE SET state='QUARANTINED', last_seen=excluded.last_seen, finished=NULL,"
+                    " view=excluded.view",
+                    {"job_id": str(r["job_id"]), "user": r.get("user"), "account": r.get("account"),
+                     "gpus": r.get("gpus"), "submit_time": r.get("submit_time"), "restarts": r.get("restarts"),
+                     "now": now, "view": json.dumps({"quarantined": r["reason"]})})
+
+    # ------------------------------------------------------------------ event progress (H-jobside)
+    # per job: the event reader's offsets and the bounded summary (events/summary.py ProgressState), saved
+    # only for jobs with new lines; `final=1` rows are the last summary of jobs that left the queue.
+    _EVENT_TABLE = ("CREATE TABLE IF NOT EXISTS event_progress (job_id TEXT PRIMARY KEY, offsets TEXT, summary TEXT,"
+                    " final INTEGER DEFAULT 0, updated REAL)")
+
+    def load_event_progress(self) -> dict[str, dict]:
+        """{job_id: {"offsets", "summary", "final"}} of the jobs still active (final=0)."""
+        try:
+            rows = self.db.execute("SELECT job_id, offsets, summary FROM event_progress WHERE final=0").fetchall()
+        except sqlite3.OperationalError:        # no table yet (first run, or a read-only older state)
+            return {}
+        return {r["job_id"]: {"offsets": json.loads(r["offsets"] or "{}"), "summary": json.loads(r["summary"] or "{}")}
+                for r in rows}
+
+    def save_event_progress(self, rows: dict[str, dict], finals: dict[str, dict]) -> None:
+        """Upsert the changed jobs' offsets + summaries, and the final summaries of jobs that left the queue."""
+        now = time.time()
+        with self.db:
+            self.db.execute(self._EVENT_TABLE)
+            self.db.execute("BEGIN")
+            for j, r in rows.items():
+                self.db.execute("INSERT INTO event_progress(job_id, offsets, summary, final, updated) VALUES(?, ?, ?, 0, ?)"
+                                " ON CONFLICT(job_id) DO UPDATE SET offsets=excluded.offsets, summary=excluded.summary,"
+                                " final=0, updated=excluded.updated",
+                                (str(j), json.dumps(r.get("offsets") or {}), json.dumps(r.get("summary") or {}), now))
+            for j, summary in finals.items():
+                self.db.execute("INSERT INTO event_progress(job_id, offsets, summary, final, updated) VALUES(?, '{}', ?, 1, ?)"
+                                " ON CONFLICT(job_id) DO UPDATE SET offsets='{}', summary=excluded.summary, final=1,"
+                                " updated=excluded.updated", (str(j), json.dumps(summary), now))
+
+    def event_outcome(self, job_id) -> dict | None:
+        """The saved event summary of a job (final or current); feed it to ProgressState.from_dict."""
+        try:
+            row = self.db.execute("SELECT summary FROM event_progress WHERE job_id=?", (str(job_id),)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return json.loads(row["summary"]) if row and row["summary"] else None
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """Read-only for any user: `mode=ro` (no writes, works beside a running controller); when that cannot
+    open the WAL files (the controller is stopped and the directory is not writable for this user), read
+    the file as immutable (no locks, no WAL: the controller is not writing it)."""
+    errors = []
+    for uri in (f"file:{path}?mode=ro", f"file:{path}?immutable=1"):
+        db = sqlite3.connect(uri, uri=True, timeout=10)
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.Error as e:
+            errors.append(str(e))
+            db.close()
+    raise PermissionError(f"cannot read the controller state {path}: {errors[-1]}")

@@ -1,0 +1,190 @@
+"""Shared set-up of the fault tests (test_safety_kill9.py, test_safety_outage.py): a local cluster, managed
+jobs that checkpoint and resume under `shockwave-run` (tests/safety_train.py), the controller as a real
+process (tests/safety_ctl.py, with its kill switch), and the end-of-test checks:
+
+every job COMPLETED with all its epochs, each epoch done once (none lost, none repeated), every run resumed
+where the runs before it ended (no work lost to a requeue), Slurm's restart count = runs - 1, no active job
+left held, the
+state database intact (`PRAGMA integrity_check`), rounds numbered without gaps, no requeue journalled
+twice at one restart count.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from slurm_shockwave.localcluster import daemons as d
+from tests.slurm_fixtures import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class Lab:
+    def __init__(self, cluster, root: Path, epochs: int, epoch_s: float, round_s: float = 3,
+                 policy: str = "max_min_fairness", grace: float = 2, rotate: bool = True):
+        self.c, self.root, self.epochs, self.epoch_s = cluster, root, epochs, epoch_s
+        self.store, self.work, self.state_dir = root / "store", root / "work", root / "state"
+        for p in (self.store, self.work):
+            p.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.store, 0o1777)
+        self.calls = root / "calls.log"
+        self.log = root / "controller.log"
+        self.config = root / "config.toml"
+        self.config.write_text(
+            f"[controller]\nround_seconds = {round_s}\nmode = \"authoritative\"\ngrace_seconds = {grace}\n"
+            f"slurm_timeout = 5\n"
+            f"partition = \"{cluster.partition}\"\nstate_dir = \"{self.state_dir}\"\nevent_store = \"{self.store}\"\n"
+            f"[policy]\nname = \"{policy}\"\n"
+            f"[slurm.env]\nSLURM_CONF = \"{cluster.env['SLURM_CONF']}\"\n")
+        self.jobs: list[int] = []
+        self.policy = "rotate" if rotate else policy
+        self.proc: subprocess.Popen | None = None
+
+    # ------------------------------------------------------------------ jobs
+    def submit(self, n: int) -> list[int]:
+        script = self.root / "job.sh"
+        # USR1 ignored until shockwave-run installs its handler (SIG_IGN survives exec): a checkpoint signal
+        # that comes while the job is still starting must not kill it (the default action of USR1)
+        script.write_text(f"#!/bin/sh\ntrap '' USR1\nexec {BIN / 'shockwave-run'} --store {self.store} -- "
+                          f"{sys.executable} {REPO / 'tests' / 'safety_train.py'} {self.epochs} {self.epoch_s}\n")
+        for i in range(n):
+            # odd jobs ignore the checkpoint signal: the controller's requeuehold (after the grace) stops them
+            env = {"PYTHONPATH": str(REPO), "SHOCKWAVE_STORE": str(self.store),
+                   "SAFETY_IGNORE_CHECKPOINT_SIGNAL": str(i % 2)}
+            self.jobs.append(self.c.cli.sbatch(str(script), [
+                f"--job-name=ft{i}", "--gres=gpu:1", "--requeue", "--open-mode=append",
+                f"--output={self.work}/out.%j", f"--chdir={self.work}", "-p", self.c.partition,
+                f"--comment=shockwave epochs={self.epochs} bs=32 samples=320 epoch_s={self.epoch_s}"], env=env))
+        return self.jobs
+
+    def raw(self) -> dict:
+        out = self.c.cli.run(["squeue", "--json"]).stdout
+        return {r["job_id"]: r for r in json.loads(out)["jobs"] if r["job_id"] in self.jobs}
+
+    def all_finished(self) -> bool:
+        try:
+            raw = self.raw()
+        except Exception:  # noqa: BLE001 - slurmctld may be down in the outage test
+            return False
+        return len(raw) == len(self.jobs) and all(r["job_state"] not in ("PENDING", "RUNNING", "COMPLETING",
+                                                                          "CONFIGURING", "REQUEUED", "SUSPENDED")
+                                                  for r in raw.values())
+
+    # ------------------------------------------------------------------ controller process
+    def start(self, kill: str | None = None) -> subprocess.Popen:
+        ready = self.root / "ready"
+        ready.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SAFETY_CALL_LOG": str(self.calls),
+               "SAFETY_READY": str(ready), "SAFETY_POLICY": self.policy}
+        with open(self.log, "a") as log:
+            log.write(f"=== start kill={kill}\n")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.safety_ctl", str(self.config), kill or "none"],
+                                     env=env, cwd=str(REPO), stdout=open(self.log, "a"), stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        # SIGTERM is the controller's clean stop only once its handlers are installed
+        wait_for(lambda: ready.exists() or self.proc.poll() is not None, timeout=60, interval=0.1,
+                 what="the controller started")
+        return self.proc
+
+    def stop(self) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+
+    # ------------------------------------------------------------------ slurmctld outage
+    def stop_slurmctld(self) -> None:
+        state = self.c._read_state()
+        pid = state["daemons"]["slurmctld"]["pid"]
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(pid), timeout=30, what="slurmctld stopped")
+
+    def start_slurmctld(self) -> None:
+        state = self.c._read_state()
+        settings = self.c._settings_from(state)
+        env = self.c.full_env()
+        proc = d.start_slurmctld(self.c.paths, env, bin_dir=self.c.bin_dir)
+        procs = dict(state["daemons"])
+        procs["slurmctld"] = proc
+        self.c._write_state(settings, procs, "up")
+        d.wait_ctld_ready(env, 30, bin_dir=self.c.bin_dir)
+
+    # ------------------------------------------------------------------ checks
+    def outputs(self) -> dict[int, str]:
+        return {j: (self.work / f"out.{j}").read_text() if (self.work / f"out.{j}").exists() else ""
+                for j in self.jobs}
+
+    def check(self) -> dict:
+        """Assert the guarantees; returns a summary (restarts per job, rounds, kills)."""
+        raw = self.raw()
+        problems = []
+        restarts = {}
+        for j, out in self.outputs().items():
+            r = raw.get(j, {})
+            if r.get("job_state") != "COMPLETED":
+                problems.append(f"job {j}: {r.get('job_state')} {r.get('state_reason')}")
+            done = [int(e) for e in re.findall(r"^epoch (\d+) restart", out, re.M)]
+            if sorted(done) != list(range(self.epochs)):
+                problems.append(f"job {j}: epochs done {sorted(done)} (lost or repeated)")
+            starts = re.findall(r"^start restart=(\d+)", out, re.M)
+            restarts[j] = r.get("restart_cnt", len(starts) - 1)
+            # every run resumes exactly where the work of the runs before it ended (nothing lost, nothing redone)
+            done_so_far = 0
+            for line in out.splitlines():
+                m = re.match(r"start restart=(\d+) resume epoch=(\d+)", line)
+                if m and int(m.group(2)) != done_so_far:
+                    problems.append(f"job {j}: run {m.group(1)} resumed at epoch {m.group(2)}, {done_so_far} were done")
+                if re.match(r"epoch \d+ restart", line):
+                    done_so_far += 1
+            if restarts[j] != len(starts) - 1:
+                problems.append(f"job {j}: Slurm restart count {restarts[j]} but {len(starts)} runs")
+        db = sqlite3.connect(f"file:{self.state_dir / 'state.sqlite'}?mode=ro", uri=True)
+        integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+        rounds = [r[0] for r in db.execute("SELECT round FROM rounds ORDER BY round")]
+        requeues = [(r[0], r[1]) for r in db.execute(
+            "SELECT job_id, restart_count FROM actions WHERE verb='requeue_hold' AND status IN ('intent', 'done')")]
+        db.close()
+        if integrity != "ok":
+            problems.append(f"state integrity: {integrity}")
+        if rounds != list(range(len(rounds))):
+            problems.append(f"rounds not contiguous: {rounds}")
+        if len(requeues) != len(set(requeues)):
+            problems.append("a requeue journalled twice at one restart count")
+        held = [j for j, r in raw.items() if r.get("job_state") == "PENDING"]
+        if held:
+            problems.append(f"jobs left pending/held: {held}")
+        kills = [line.split(" ", 2)[2].strip() for line in self.calls.read_text().splitlines()
+                 if " KILL " in line] if self.calls.exists() else []
+        assert not problems, "\n".join(problems) + f"\n--- controller log tail:\n{self.log.read_text()[-3000:]}"
+        return {"restarts": restarts, "rounds": len(rounds), "kills": kills,
+                "requeues": len(requeues)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def wait_job_progress(lab: Lab, timeout: float = 60) -> None:
+    """Until some job has finished an epoch (the workload runs)."""
+    wait_for(lambda: any(re.search(r"^epoch \d+ restart", o, re.M) for o in lab.outputs().values()),
+             timeout=timeout, interval=0.5, what="a first epoch")
