@@ -45,13 +45,15 @@ def run_state():
                                           f"--job-name=j{i}"]) for i in range(4)]
         store = root / "events"
         store.mkdir()
+        paths = {}
         for n, jid in enumerate(ids[:2]):
             w = EventWriter.for_job(store, str(jid))
+            paths[jid] = w.path
             w.emit("start", batch_size=32, total_epochs=20, samples_per_epoch=5000, gpus=1)
             for e in range(3 + n):
                 w.emit("epoch_end", epoch=e, batch_size=32 if e < 2 else 64, samples=5000,
                        duration_s=30.0 if e < 2 else 20.0)
-        with open(store / str(ids[0]) / "events.jsonl", "ab") as f:
+        with open(paths[ids[0]], "ab") as f:
             f.write(b'{"v": 1, "kind": "teleport", "job": "%d", "ts": 1}\n' % ids[0])
             f.write(b"this is not json\n")
         port = free_port()
@@ -71,7 +73,7 @@ def run_state():
         yield {"root": root, "ids": ids, "state_dir": str(root / "state"), "store": str(store), "port": port}
     finally:
         if server is not None:
-            server[0].shutdown()
+            metrics.shutdown()
         try:
             c.cli.cancel(ids)
         except Exception:  # noqa: BLE001

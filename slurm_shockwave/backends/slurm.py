@@ -21,34 +21,22 @@ import time
 from solver.types import ClusterView, JobView, RoundDecision
 
 from ..controller.enact import Enactor, Observed, reconcile
-from ..events.summary import summarize
+from ..controller.ownership import admin_comments, status_of
+from ..hints import HintError, parse_hints
+from ..events.summary import summarize  # noqa: F401 (kept for callers)
+from ..events.tracker import EventTracker
+from . import jobview
 from .base import ClusterBackend
 
 log = logging.getLogger("slurm_shockwave.slurm")
 ACTIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
 
 
-def parse_marker(comment: str, marker: str) -> dict | None:
-    """`shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None if the comment lacks the marker."""
-    text = (comment or "").strip()
-    if not text.startswith(marker):
-        return None
-    rest = text[len(marker):]
-    if rest and not rest[0] in " :;,":
-        return None
-    out = {}
-    for token in rest.replace(":", " ").replace(";", " ").replace(",", " ").split():
-        key, _, value = token.partition("=")
-        if key in ("epochs", "bs", "min_bs", "max_bs", "samples") and value.isdigit() and 0 < int(value) < 10**9:
-            out[key] = int(value)
-        elif key == "epoch_s":
-            try:
-                v = float(value)
-                if 0 < v < 1e7:
-                    out[key] = v
-            except ValueError:
-                pass
-    return out
+def parse_marker(comment: str, marker: str, max_gpus: int | None = None) -> dict | None:
+    """`shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None if the comment lacks the marker (the one
+    rule of hints.is_marked); raises HintError (one line) on invalid hints (hints.parse_hints)."""
+    hints = parse_hints(comment, marker, max_gpus)
+    return None if hints is None else hints.as_dict()
 
 
 class SlurmBackend(ClusterBackend):
@@ -60,25 +48,52 @@ class SlurmBackend(ClusterBackend):
         self.enactor = Enactor(cli, state, dry_run=config.dry_run, metrics=metrics)
         self.round_index = state.next_round()
         self.signalled: dict = {int(k): v for k, v in state.get("signalled", {}).items()}
+        # jobs left to Slurm because of their data (invalid hints, unreadable record): job -> one-line reason
+        self.quarantined: dict[int, str] = {}
+        self._bad: dict[int, str] = {}
+        self._orphans: list[Observed] = []
+        self._ac: dict[int, str] = {}
+        # holds issued before ownership marks existed (journal): adopted as ours while still held and unmarked
+        self._legacy_held = {int(j) for j in state.held_by_us()}
         # the SiteFactor we last set per job (sprio does not list held jobs): loaded once, kept up to date
         self._site_factor: dict[int, int] = state.last_values("site_factor")
-        self._events: dict[str, list] = {}
+        self._events = EventTracker(reader, state)   # bounded per-job event summaries, persisted offsets
         self._observed: dict[int, Observed] = {}
         self._restarts: dict[int, int] = {}
         self._round_started = clock()
         self.last_enacted: list = []
+        self._meta: dict = {}                 # job -> what status/explain show beside its view (jobview.build)
+        self._unmanaged: dict = jobview.unmanaged([], set(), None, 0.0)
+        self._partition_gpus = 0
+        self._first_submit: dict = {}
+        self._history: dict = {}
+        self._last_solve_at = 0.0             # wall time of the last round start (early rounds keep a minimum)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
         return self.stop_event.is_set()
 
     def is_managed(self, job) -> dict | None:
-        if job.partition and self.cfg.partition and self.cfg.partition not in job.partition.split(","):
+        """The job's hints if the controller manages it, else None.  Never raises: a job whose data is
+        invalid (hints, or a Slurm record read with a `problem`) is not managed and its reason is kept in
+        `self._bad` (observe() quarantines it)."""
+        try:
+            if job.partition and self.cfg.partition and self.cfg.partition not in str(job.partition).split(","):
+                return None
+            problem = getattr(job, "problem", None)
+            try:
+                marker = parse_marker(job.comment, self.cfg.marker, self._partition_gpus or None)
+            except HintError as e:
+                marker, problem = None, problem or f"invalid hints: {e}"
+            if marker is None and self.cfg.managed_by == "partition" and not problem:
+                marker = {}
+            if problem:
+                self._bad[job.job_id] = str(problem).splitlines()[0][:300] if str(problem) else "unreadable record"
+                return None
+            return marker
+        except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
+            self._bad[getattr(job, "job_id", None)] = f"unreadable job record: {type(e).__name__}: {e}"[:300]
             return None
-        marker = parse_marker(job.comment, self.cfg.marker)
-        if marker is None and self.cfg.managed_by == "partition":
-            marker = {}
-        return marker
 
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
@@ -88,19 +103,35 @@ class SlurmBackend(ClusterBackend):
             self.metrics.slurm_latency.observe(time.perf_counter() - t0)
         now = self.clock()
         self._round_started = now
+        self._bad = {}
+        self._ac = admin_comments(self.cli, jobs)      # our ownership marks (controller/ownership.py)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
+        bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
+        self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}
+        self._quarantine(bad, now)
         capacity = sum(n.gpus for n in nodes if n.available and (not self.cfg.partition or
                                                                   self.cfg.partition in n.partitions))
         # GPUs held by jobs we do not manage (other users' plain jobs in the partition) are not ours to plan
         managed_ids = {j.job_id for j, _ in managed}
-        foreign = sum(j.gpus for j in jobs if j.state == "RUNNING" and j.job_id not in managed_ids and
-                      (not self.cfg.partition or self.cfg.partition in (j.partition or "").split(",")))
-        capacity = max(0, capacity - foreign)
-        self._poll_events({str(j.job_id): j.user_id for j, _ in managed})
+        self._partition_gpus = capacity
+        self._unmanaged = jobview.unmanaged(jobs, managed_ids, self.cfg.partition, now)
+        capacity = max(0, capacity - self._unmanaged["running_gpus"])
+        self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
+        ended = jobview.ended_managed(jobs, self.is_managed, self.state)
+        self._poll_events({**{str(j.job_id): j.user_id for j, _ in managed},
+                           **{str(j.job_id): j.user_id for j, _ in ended}},
+                          {str(j.job_id): m for j, m in [*managed, *ended]})
         views, self._observed, self._restarts = [], {}, {}
+        failed = {}
         for j, marker in managed:
-            progress = summarize(self._events.get(str(j.job_id), []))
-            view = self._view(j, marker, progress, now)
+            try:
+                progress = self._events.progress(str(j.job_id))
+                view = self._view(j, marker, progress, now)
+            except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
+                log.debug("job %s: view failed", j.job_id, exc_info=True)
+                self._bad[j.job_id] = f"could not build its view: {type(e).__name__}: {e}"[:300]
+                failed[j.job_id] = j
+                continue
             views.append(view)
             self._restarts[j.job_id] = j.restart_count
             self._observed[j.job_id] = Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count,
@@ -108,14 +139,22 @@ class SlurmBackend(ClusterBackend):
                                                 self._site_factor.get(j.job_id), max(j.gpus, 1),
                                                 progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
                                                 else None,
-                                                now - j.start_time if j.state == "RUNNING" and j.start_time else None)
-        seen = {str(j.job_id) for j, _ in managed}
+                                                now - j.start_time if j.state == "RUNNING" and j.start_time else None,
+                                                self._ac.get(j.job_id, ""), self._mark_of(j))
+        if failed:
+            self._quarantine(failed, now)
+            managed = [(j, m) for j, m in managed if j.job_id not in failed]
+        self._orphans = [Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count, None, max(j.gpus, 1),
+                                  admin_comment=self._ac.get(j.job_id, ""), mark="held")
+                         for j in jobs if j.job_id not in self._observed and j.state in ("PENDING", "RUNNING")
+                         and status_of(self._ac.get(j.job_id, "")) == "held" and self._in_partition(j)]
+        seen = {str(j.job_id) for j, _ in managed} | {str(j) for j in self.quarantined}
         gone = [r["job_id"] for r in self.state.jobs() if r["job_id"] not in seen]
         if gone:
-            self.state.mark_finished(gone, now)
+            jobview.finish_gone(self.state, gone, ended, self._events.progress, now)
         self.state.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": j.account, "gpus": max(j.gpus, 1),
                                  "state": ("HELD" if j.held else j.state), "submit_time": j.submit_time,
-                                 "restarts": j.restart_count, "view": _view_dict(v)}
+                                 "restarts": j.restart_count, "view": _view_dict(v, self._meta.get(j.job_id))}
                                 for (j, _), v in zip(managed, views)], now)
         return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=capacity, jobs=tuple(views), total_jobs=len(views))
@@ -125,18 +164,22 @@ class SlurmBackend(ClusterBackend):
         now = self.clock()
         actions = reconcile(list(self._observed.values()), run, self.cfg.mode, self.cfg.site_factor, now,
                             self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
-                            self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length)
-        results = self.enactor.execute(self.round_index, actions, self._restarts)
-        for action, status in results:
-            if status != "done":
-                continue
+                            self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
+                            reasons=_reasons(decision), orphans=self._orphans)
+
+        def done(action):
             for j in action.job_ids:
                 if action.verb == "signal":
-                    self.signalled[j] = now
+                    self.signalled[j] = [now, self._restarts.get(j, 0)]   # this run only (see enact.py)
                 elif action.verb == "requeue_hold":
                     self.signalled.pop(j, None)
                 elif action.verb == "site_factor":
                     self._site_factor[j] = int(action.value)
+            if action.verb in ("signal", "requeue_hold"):
+                # saved at once: a crash right after a signal must not send it again
+                self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
+
+        results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         for j in list(self.signalled):
             ob = self._observed.get(j)
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
@@ -144,46 +187,103 @@ class SlurmBackend(ClusterBackend):
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.last_enacted = results
 
+    def record_plan(self, view, decision, fallback: bool = False) -> None:
+        """Store this round's exact views and decision (one snapshot per round; status/explain read only it)."""
+        extra = {"partition_gpus": self._partition_gpus, "unmanaged": self._unmanaged, "mode": self.cfg.mode,
+                 "dry_run": self.cfg.dry_run,
+                 "quarantined": {str(k): v for k, v in (getattr(self, "quarantined", None) or {}).items()}}
+        self.state.record_view(view.round_index, jobview.snapshot(view, decision, fallback, self._meta, extra))
+
     def advance(self) -> None:
+        """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
+        by a managed job that ENDED (completed, failed, cancelled: not one we preempt, whose GPUs the planned
+        jobs released in this round already take) or an unmanaged job that left RUNNING, while a managed job
+        waits; never sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
         self.round_index += 1
         deadline = self._round_started + self.round_length
-        self.stop_event.wait(max(0.0, deadline - self.clock()))
+        poll = float(getattr(self.cfg, "poll_seconds", None) or min(5.0, max(self.round_length / 4, 0.5)))
+        min_gap = float(getattr(self.cfg, "min_round_seconds", None) or min(self.round_length, 5.0))
+        ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
+        foreign = {r["job_id"] for r in self._unmanaged["running"]}
+        waiting = any(ob.state == "PENDING" for ob in self._observed.values())
+        self.early_round = False
+        while not self.stop_event.is_set():
+            left = deadline - self.clock()
+            if left <= 0:
+                return
+            self.stop_event.wait(min(left, poll))
+            if not waiting or not (ours or foreign) or self.stop_event.is_set() or \
+                    self.clock() - self._round_started < min_gap:
+                continue
+            try:
+                live = {j.job_id: j.state for j in self.cli.squeue_jobs(job_ids=ours | foreign)}
+            except Exception:  # noqa: BLE001 - a failed poll just waits for the regular round
+                continue
+            freed = {j for j in ours if live.get(j) not in ACTIVE_STATES}
+            freed |= {j for j in foreign if live.get(j) != "RUNNING"}
+            if freed:
+                log.info("GPUs freed by %s: starting round %d early", sorted(freed), self.round_index)
+                self.early_round = True
+                return
 
     # ------------------------------------------------------------------ internals
-    def _poll_events(self, uids: dict) -> None:
-        if self.reader is None:
-            return
+    def _in_partition(self, job) -> bool:
+        return not (job.partition and self.cfg.partition and self.cfg.partition not in str(job.partition).split(","))
+
+    def _mark_of(self, job) -> str | None:
+        """Is the job's hold ours?  Our AdminComment mark (ownership.py); a hold journalled before marks
+        existed counts while the job is still held without a mark."""
+        status = status_of(self._ac.get(job.job_id, ""))
+        if status is None and job.job_id in self._legacy_held:
+            if job.held:
+                return "held"
+            self._legacy_held.discard(job.job_id)
+        return status
+
+    def _quarantine(self, jobs: dict, now: float) -> None:
+        """Leave these jobs to Slurm (not planned, not touched; their GPUs are foreign while they run), keep
+        the reason for status/explain, log each job once per reason."""
+        for jid, j in jobs.items():
+            reason = self._bad.get(jid, "invalid job data")
+            if self.quarantined.get(jid) != reason:
+                log.warning("job %s quarantined (left to Slurm, not scheduled by shockwave): %s", jid, reason)
+            self.quarantined[jid] = reason
         try:
-            for job_id, events in self.reader.poll(uids).items():
-                self._events.setdefault(job_id, []).extend(events)
-        except OSError as e:
-            log.warning("event store unreadable: %s", e)
-        for job_id in [k for k in self._events if k not in uids]:
-            del self._events[job_id]
+            self.state.set_quarantined([{"job_id": jid, "user": getattr(j, "user", None),
+                                         "account": getattr(j, "account", None), "gpus": getattr(j, "gpus", None),
+                                         "submit_time": getattr(j, "submit_time", None),
+                                         "restarts": getattr(j, "restart_count", None),
+                                         "reason": self.quarantined[jid]} for jid, j in jobs.items()], now)
+        except (TypeError, ValueError) as e:      # an odd value in a record: still not fatal
+            log.warning("quarantine of %s not recorded: %s", sorted(jobs), e)
+
+    def _poll_events(self, uids: dict, hints: dict | None = None) -> None:
+        """New event lines of the active jobs folded into bounded per-job summaries (events/tracker.py); reader
+        offsets and summaries are persisted in the state, so a restart neither re-reads nor forgets."""
+        self._events.poll(uids, hints)
 
     def _view(self, j, marker: dict, p, now: float) -> JobView:
-        bs = p.batch_size or marker.get("bs") or 1
-        samples = p.samples_per_epoch or marker.get("samples") or bs
-        total = p.total_epochs or marker.get("epochs") or max(p.epochs_done + 1, 1)
-        durations = dict(p.epoch_duration_by_bs)
-        if not durations and "epoch_s" in marker:
-            durations[bs] = marker["epoch_s"]
-        epoch_s = durations.get(bs) or (sum(durations.values()) / len(durations) if durations else self.round_length)
-        spe = math.ceil(samples / bs)
-        throughput = spe / epoch_s if epoch_s > 0 else 1.0
-        return JobView(
-            job_id=j.job_id, arrival_time=float(j.submit_time or now), num_gpus=max(j.gpus, 1), batch_size=bs,
-            epochs_done=p.epochs_done, total_epochs=total, samples_per_epoch=samples,
-            steps_done=p.epochs_done * spe, total_steps=total * spe, throughput=throughput,
-            epoch_duration_by_bs=durations, bs_history=tuple(p.bs_per_epoch), user=j.user, account=j.account,
-            weight=self.cfg.weight(j.user, j.account), mode="unknown", job_type=j.name,
-            min_batch_size=p.min_batch_size or marker.get("min_bs"), max_batch_size=p.max_batch_size or
-            marker.get("max_bs"), ran_last_round=j.state == "RUNNING",
-            run_time=sum(durations.get(b, epoch_s) for b in p.bs_per_epoch))
+        key = (j.user, jobview.program_of(j))
+        if key not in self._history:
+            self._history[key] = self.state.epoch_history(*key)
+        view, self._meta[j.job_id] = jobview.build(
+            j, marker, p, now, round_length=self.round_length, weight=self.cfg.weight(j.user, j.account),
+            arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key])
+        return view
 
 
-def _view_dict(v: JobView) -> dict:
-    return {"batch_size": v.batch_size, "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
-            "weight": v.weight, "gpus": v.num_gpus, "arrival": v.arrival_time, "bs_history": list(v.bs_history),
-            "epoch_duration_by_bs": {str(k): d for k, d in v.epoch_duration_by_bs.items()},
-            "min_bs": v.min_batch_size, "max_bs": v.max_batch_size}
+_view_dict = jobview.view_dict      # kept for importers of the old name
+
+
+def _reasons(decision) -> dict:
+    """job -> the short human reason of its plan (decision.info["jobs"][jid]["reason"]), for the hold marks."""
+    out = {}
+    jobs = (decision.info or {}).get("jobs") if isinstance(getattr(decision, "info", None), dict) else None
+    if isinstance(jobs, dict):
+        for jid, d in jobs.items():
+            if isinstance(d, dict) and isinstance(d.get("reason"), str):
+                try:
+                    out[int(jid)] = d["reason"]
+                except (TypeError, ValueError):
+                    pass
+    return out

@@ -31,7 +31,8 @@ def _optional(module: str, name: str) -> None:
 
 
 for _module, _name in (("cluster", "cluster"), ("controller", "controller"), ("status", "status"),
-                       ("status", "explain"), ("status", "events"), ("report", "report"), ("demo", "demo")):
+                       ("status", "explain"), ("status", "events"), ("report", "report"), ("demo", "demo"),
+                       ("trace", "trace")):
     _optional(_module, _name)
 
 

@@ -1,0 +1,241 @@
+"""The job view's pure parts (no Slurm): arrival from the first submit time, ETA sources and their
+confidence, the epoch history of finished jobs, the reasons from this round's decision, the one fallback."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from solver.types import ClusterView, JobView, Policy, RoundDecision
+from slurm_shockwave.backends import jobview
+from slurm_shockwave.cli.statusview import fmt_eta
+from slurm_shockwave.controller.loop import RoundLoop, fallback_decision
+from slurm_shockwave.controller.reasons import annotate
+from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.events.summary import JobProgress
+
+
+@dataclass(frozen=True)
+class FakeJob:
+    job_id: int = 7
+    name: str = "train"
+    user: str = "ana"
+    account: str = "lab"
+    state: str = "PENDING"
+    held: bool = False
+    gpus: int = 1
+    submit_time: int | None = 1_700_000_100
+    start_time: int | None = None
+    time_limit: int | None = None
+    restart_count: int = 0
+    requeue: bool = True
+    command: str = "/home/ana/train.sbatch"
+    partition: str = "gpu"
+    priority: int = 100
+
+
+def build(job, marker=None, p=None, history=None):
+    return jobview.build(job, marker or {"epochs": 10, "bs": 32}, p or JobProgress(), 1_700_000_500.0,
+                         round_length=120.0, weight=1.0, arrival=jobview.arrival_of(job, {}, 0.0),
+                         history=history or {})
+
+
+def test_arrival_is_the_first_submit_time():
+    job = FakeJob(submit_time=1_700_000_900)                      # moved by a requeue
+    assert jobview.arrival_of(job, {"7": 1_700_000_100.0}, 0.0) == 1_700_000_100.0
+    assert jobview.arrival_of(job, {}, 0.0) == 1_700_000_900.0
+
+
+def test_eta_sources_and_confidence():
+    v, m = build(FakeJob())
+    assert m["eta_source"] == "default" and m["eta_confidence"] == "low"
+    v, m = build(FakeJob(time_limit=20))                           # 20 min over 10 epochs: 120 s/epoch, bound
+    assert m["eta_source"] == "time_limit" and v.epoch_duration_by_bs == {32: 120.0}
+    v, m = build(FakeJob(), history={32: (6.0, 40)})
+    assert m["eta_source"] == "history" and m["eta_confidence"] == "medium" and v.epoch_duration_by_bs[32] == 6.0
+    v, m = build(FakeJob(), marker={"epochs": 10, "bs": 32, "epoch_s": 9.0}, history={32: (6.0, 40)})
+    assert m["eta_source"] == "hint" and v.epoch_duration_by_bs == {32: 9.0}
+    p = JobProgress(epochs_done=2, total_epochs=10, batch_size=32, bs_runs=((32, 2),),
+                    epoch_duration_by_bs={32: 5.0})
+    v, m = build(FakeJob(), p=p, history={32: (6.0, 40)})
+    assert m["eta_source"] == "events" and m["eta_confidence"] == "high" and v.epochs_done == 2
+    assert fmt_eta(60, "low") == "~1 min, low confidence" and fmt_eta(600, "high") == "~10 min"
+
+
+def test_no_requeue_warning():
+    _v, m = build(FakeJob(requeue=False))
+    assert any("--no-requeue" in w for w in m["warnings"])
+    _v, m = build(FakeJob())
+    assert m["warnings"] == []
+
+
+def test_view_round_trip_is_exact():
+    v, m = build(FakeJob(), history={32: (6.0, 40), 64: (4.0, 3)})
+    assert jobview.view_from_dict(jobview.view_dict(v, m)) == v
+
+
+def test_history_of_finished_jobs_feeds_the_next_eta(tmp_path):
+    st = StateStore(tmp_path / "s.sqlite")
+    st.add_epoch_history("ana", "train", {32: 5.0, 64: 3.0}, {32: 4, 64: 2})
+    st.add_epoch_history("ana", "train", {32: 7.0}, {32: 4})
+    h = st.epoch_history("ana", "train")
+    assert h[32] == (6.0, 8) and h[64] == (3.0, 2)
+    assert st.epoch_history("ben", "train") == {}
+    st.close()
+    ro = StateStore(tmp_path / "s.sqlite", readonly=True)
+    assert ro.epoch_history("ana", "train")[32][1] == 8
+    ro.close()
+
+
+def _view(jobs, gpus=4, now=1_700_000_000.0):
+    return ClusterView(now=now, round_index=3, round_length=60.0, num_gpus=gpus, jobs=tuple(jobs))
+
+
+def _jv(i, gpus=1, ran=False):
+    return JobView(job_id=i, arrival_time=1_699_999_000.0 + i, num_gpus=gpus, batch_size=32, epochs_done=0,
+                   total_epochs=5, samples_per_epoch=320, steps_done=0, total_steps=50, throughput=1.0,
+                   ran_last_round=ran, run_time=float(10 * i))
+
+
+def test_reasons_come_from_this_rounds_decision():
+    view = _view([_jv(1), _jv(2, ran=True), _jv(3), _jv(4)])
+    d = RoundDecision(run=(1, 2), info={"path": "cached", "jobs": {1: {"next_planned_round_offset": 3},
+                                                                  3: {"next_planned_round_offset": 2}}})
+    annotate(view, d, "authoritative")
+    j = d.info["jobs"]
+    assert j[1]["reason"].startswith("released this round")        # a stale +3 offset never shows
+    assert j[2]["reason"].startswith("running (planned")
+    assert j[3]["reason"].startswith("deferred, planned at") and j[3]["expected_start"] == view.now + 120
+    assert j[4]["reason"].startswith("deferred: not planned")
+
+
+class Bad(Policy):
+    name = "bad"
+
+    def __init__(self, run):
+        self.run = run
+
+    def decide(self, view):
+        return RoundDecision(run=self.run)
+
+
+class Backend:
+    def __init__(self, view):
+        self.view, self.applied = view, []
+
+    def observe(self):
+        return self.view
+
+    def apply(self, d):
+        self.applied.append(d)
+
+    def advance(self):
+        pass
+
+    def done(self):
+        return False
+
+
+@pytest.mark.parametrize("run", [(1, 2, 3, 4, 5), (1, 1), (99,)])
+def test_loop_checks_every_decision_and_falls_back_once(run):
+    view = _view([_jv(i, gpus=2) for i in (1, 2, 3, 4, 5)], gpus=4)
+    b = Backend(view)
+    loop = RoundLoop(b, Bad(run))
+    rec = loop.run_round()
+    assert rec.fallback
+    enacted = b.applied[0]
+    assert enacted.run == fallback_decision(view).run
+    assert sum(2 for _ in enacted.run) <= 4 and enacted.info["path"] == "fallback"
+    assert enacted.run == (1, 2)                                   # least attained service first
+
+
+def test_fallback_is_the_shockwave_policys_rule():
+    from solver.market.plan import max_min_round
+    view = _view([replace(_jv(i), run_time=float(50 - i)) for i in range(1, 7)], gpus=3)
+    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time) for j in view.jobs]
+    assert list(fallback_decision(view).run) == max_min_round(rows, 3) == [6, 5, 4]
+
+
+def _snapshot_state(tmp_path):
+    """A state with one round snapshot, as SlurmBackend.record_plan writes it."""
+    from slurm_shockwave.backends.jobview import snapshot
+    st = StateStore(tmp_path / "state.sqlite")
+    st.begin_round(4, 1_700_000_000.0)
+    jobs = [_jv(1, ran=True), _jv(2), _jv(3)]
+    jobs = [replace(j, user=u) for j, u in zip(jobs, ("ana", "ben", "ana"))]
+    view = _view(jobs, gpus=6)
+    d = RoundDecision(run=(1, 2), info={"path": "solved", "jobs": {
+        1: {"predicted_remaining_s": 50.0, "rho_hat": 1.1}, 2: {"predicted_remaining_s": 70.0},
+        3: {"predicted_remaining_s": 600.0, "next_planned_round_offset": 2}}})
+    annotate(view, d, "authoritative")
+    metas = {j.job_id: {"slurm_state": "RUNNING" if j.ran_last_round else "HELD", "eta_confidence": "low",
+                        "eta_source": "default", "warnings": []} for j in jobs}
+    unm = jobview.unmanaged([FakeJob(job_id=9, state="RUNNING", gpus=2, start_time=1_700_000_000, time_limit=10),
+                             FakeJob(job_id=10, gpus=4)], {1, 2, 3}, "gpu", 0.0)
+    st.record_view(4, snapshot(view, d, False, metas, {"partition_gpus": 8, "unmanaged": unm,
+                                                        "mode": "authoritative", "dry_run": False}))
+    for j in jobs:
+        st.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": "", "gpus": 1, "state": "PENDING",
+                         "submit_time": 1.0, "restarts": 0, "view": {}}], 1.0)
+    st.finish_round(4)
+    st.close()
+    return tmp_path
+
+
+def test_status_reads_the_snapshot_me_watch_and_unmanaged(tmp_path, monkeypatch):
+    import json as _json
+    import time as _time
+
+    from click.testing import CliRunner
+
+    from slurm_shockwave.cli.main import cli
+    d = _snapshot_state(tmp_path)
+    r = CliRunner().invoke(cli, ["status", "--state-dir", str(d), "--json"])
+    assert r.exit_code == 0, r.output
+    out = _json.loads(r.output)
+    cl = out["cluster"]
+    assert cl["gpus"] == 8 and cl["gpus_unmanaged"] == 2 and cl["gpus_managed_capacity"] == 6
+    assert cl["unmanaged_pending"] == 1 and cl["gpus_busy"] == 3
+    rows = {r["job_id"]: r for r in out["jobs"]}
+    assert rows["2"]["reason"].startswith("released this round") and rows["2"]["position"] == 1
+    assert rows["3"]["position"] == 2 and rows["3"]["expected_start"] == _view([]).now + 120
+    assert rows["3"]["reason"].startswith("deferred, planned at")
+    monkeypatch.setattr("getpass.getuser", lambda: "ben")
+    mine = _json.loads(CliRunner().invoke(cli, ["status", "--state-dir", str(d), "--json", "--me"]).output)
+    assert [r["job_id"] for r in mine["jobs"]] == ["2"]
+    text = CliRunner().invoke(cli, ["status", "--state-dir", str(d)]).output
+    assert "3/8 GPUs busy (1 managed, 2 unmanaged" in text and "low confidence" in text
+    calls = []
+
+    def sleep(s):
+        calls.append(s)
+        if len(calls) >= 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(_time, "sleep", sleep)
+    r = CliRunner().invoke(cli, ["status", "--state-dir", str(d), "--watch", "2"])
+    assert r.exit_code == 0 and calls == [2.0, 2.0] and r.output.count("GPUs busy") == 2
+    ex = _json.loads(CliRunner().invoke(cli, ["explain", "3", "--state-dir", str(d), "--json"]).output)
+    assert ex["predicted_remaining_s"] == 600.0 == ex["plan"]["predicted_remaining_s"]
+    assert ex["reason"] == rows["3"]["reason"]
+
+
+def test_demo_report_has_both_columns_and_reads_the_numbers():
+    from slurm_shockwave.demo.report import render_markdown
+    share = lambda a, b: {"share": {"ana": a, "ben": b}, "user_jct": {"ana": 100.0 * a + 50, "ben": 100.0 * b + 50}}  # noqa: E731
+    job = lambda n, jct: {"name": n, "user": "ana", "mode": "static", "gpus": 4, "epochs": "4/4", "batch_sizes": [32],  # noqa: E731
+                          "jct_s": jct, "rho": jct / 50, "restarts": 0}
+    res = {"where": "slurm", "nodes": 2, "gpus_per_node": 4, "round_seconds": 20, "mode": "authoritative",
+           "wall_s": 400.0, "cpus": 2, "load": 3.0, "workload": [{"name": "a", "user": "ana", "mode": "static",
+                                                                   "gpus": 4, "epochs": 4, "delay_s": 0}],
+           "runs": {"slurm": {"real": {"makespan_s": 200.0, "avg_jct_s": 150.0, "worst_rho": 3.5, "unfair_fraction": 50.0,
+                                       "restarts": 0, "user_share": share(1.0, 0.0)}, "jobs": [job("a", 120.0)],
+                              "simulated": {"makespan_s": 190.0, "avg_jct_s": 140.0, "worst_rho": 3.0, "per_job": {"a": 110.0}}},
+                    "shockwave": {"real": {"makespan_s": 220.0, "avg_jct_s": 120.0, "worst_rho": 2.0, "unfair_fraction": 40.0,
+                                           "restarts": 3, "user_share": share(0.5, 0.5)}, "jobs": [job("a", 150.0)],
+                                  "simulated": {"makespan_s": 210.0, "avg_jct_s": 125.0, "worst_rho": 2.2, "per_job": {"a": 140.0}}}}}
+    text = render_markdown(res)
+    assert "| plain Slurm | Shockwave | plain Slurm, simulated (FIFO+backfill) | Shockwave, simulated |" in text
+    assert "| worst rho | 3.50 | 2.00 | - | 2.20 |" not in text           # the FIFO model's value is shown
+    assert "| worst rho | 3.50 | 2.00 | 3.00 | 2.20 |" in text
+    assert "| ana: GPU share while all wait | 100% | 50% | - | - |" in text
+    assert "from 3.50 (plain Slurm) to 2.00 (Shockwave)" in text and "(-20%)" in text and "(+10%)" in text
