@@ -44,7 +44,7 @@ def controller(c, root: Path, name: str, store: Path, dry_run: bool) -> Controll
     cfg = config_from_dict({"controller": {"round_seconds": 0.01, "mode": "authoritative", "dry_run": dry_run,
                                            "partition": c.partition, "state_dir": str(root / f"state-{name}"),
                                            "event_store": str(store)},
-                            "policy": {"name": "shockwave", "config": "tacc_32gpus.json"}}, "bench")
+                            "policy": {"name": "shockwave"}}, "bench")
     cfg.slurm_env = dict(c.env)
     return Controller(cfg)
 

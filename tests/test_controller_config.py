@@ -184,6 +184,12 @@ def test_state_store_journal_and_reopen(tmp_path):
     assert s.held_by_us() == {"5", "6"}          # a requeue-hold is our hold too
     s.settle([s.intend(1, 5, "release", None, 1)], "done")
     assert s.held_by_us() == {"6"}
+    ids = s.intend_many(2, (7, 8), "hold", "shockwave:held x", {8: 3})      # one transaction per action
+    s.close()
+    s = StateStore(tmp_path / "state.sqlite")
+    rows = {r["job_id"]: r for r in s.actions(verb="hold", status="intent")}
+    assert set(rows) == {"7", "8"} and sorted(r["id"] for r in rows.values()) == sorted(ids)
+    assert rows["8"]["restart_count"] == 3 and rows["7"]["restart_count"] == 0
     ro = StateStore(tmp_path / "state.sqlite", readonly=True)
     assert ro.get("policy_state") == {"x": 1}
 

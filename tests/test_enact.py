@@ -1,6 +1,8 @@
 """The enactment reconcile: only differences, batched, idempotent, requeue at most once; holds are owned
 through the AdminComment mark (controller/ownership.py), never through Slurm's hold reason."""
-from slurm_shockwave.controller.enact import MAX_REASON_REWRITES, Enactor, Observed, reconcile
+import pytest
+
+from slurm_shockwave.controller.enact import MAX_REASON_REWRITE_JOBS, MAX_REASON_REWRITES, Enactor, Observed, reconcile
 from slurm_shockwave.controller.ownership import format_mark, marked, parse_mark, unmarked
 
 HIGH = 1000
@@ -88,6 +90,11 @@ def test_reason_rewrites_are_batched_and_bounded():
     unique = {i: f"waits {i}" for i in range(100)}
     acts = reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never, reasons=unique)
     assert len(acts) == MAX_REASON_REWRITES
+    # at most MAX_REASON_REWRITE_JOBS jobs per round, whatever the number of jobs with a new reason
+    many = [obs(i, held=True, reason="JobHeldAdmin", sf=0, ac=HELD) for i in range(3 * MAX_REASON_REWRITE_JOBS)]
+    acts = reconcile(many, set(), "advisory", HIGH, 0.0, {}, 60, never,
+                     reasons={i: f"waits {i % 2}" for i in range(len(many))})
+    assert sum(len(a.job_ids) for a in acts) == MAX_REASON_REWRITE_JOBS
     # unchanged text: nothing rewritten
     jobs = [obs(1, held=True, reason="JobHeldAdmin", sf=0, ac=format_mark("held", "waits"))]
     assert reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never, reasons={1: "waits"}) == []
@@ -102,8 +109,8 @@ class FakeCLI:
 
 
 class FakeState:
-    def intend(self, *a):
-        return 1
+    def intend_many(self, round_index, job_ids, *a):
+        return [1] * len(job_ids)
 
     def settle(self, *a):
         pass
@@ -207,3 +214,21 @@ def test_enactment_stops_at_the_first_call_slurmctld_does_not_answer():
                      HIGH, 100.0, {}, 60, never)
     results = Enactor(cli, FakeState()).execute(0, acts, {})
     assert len(cli.calls) == 1 and [s for _, s in results] == ["failed"] + ["skipped"] * (len(acts) - 1)
+
+
+def test_a_requeued_job_is_released_no_sooner_than_the_restart_gap():
+    """Slurm 24.11 kills a restart in the same second as its requeue (the job ends FAILED): the backend waits
+    until RESTART_GAP_SECONDS after it first saw the requeued job PENDING before a release."""
+    from slurm_shockwave.backends.slurm import SlurmBackend
+    from slurm_shockwave.controller.enact import Action
+    from slurm_shockwave.slurmcli.cli import RESTART_GAP_SECONDS
+
+    b = SlurmBackend.__new__(SlurmBackend)
+    slept = []
+    b.sleep, b.clock = slept.append, lambda: 100.3
+    b._pending_since = {(5, 1): 100.0, (6, 2): 50.0}
+    b._wait_restart_gap([Action("site_factor", (5,), HIGH)])            # no release: no wait
+    b._wait_restart_gap([Action("release", (6,), "")])                  # requeued long ago: no wait
+    assert slept == []
+    b._wait_restart_gap([Action("release", (5, 6), "")])
+    assert slept == [pytest.approx(100.0 + RESTART_GAP_SECONDS - 100.3)]

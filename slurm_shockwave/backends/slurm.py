@@ -23,6 +23,7 @@ from solver.types import ClusterView, JobView, RoundDecision
 from ..controller.enact import Enactor, Observed, reconcile
 from ..controller.ownership import admin_comments, status_of
 from ..hints import HintError, parse_hints
+from ..slurmcli.cli import RESTART_GAP_SECONDS
 from ..events.summary import summarize  # noqa: F401 (kept for callers)
 from ..events.tracker import EventTracker
 from . import jobview
@@ -68,6 +69,8 @@ class SlurmBackend(ClusterBackend):
         self._first_submit: dict = {}
         self._history: dict = {}
         self._last_solve_at = 0.0             # wall time of the last round start (early rounds keep a minimum)
+        self._pending_since: dict = {}        # (job, restart count) of a requeued job -> first seen PENDING
+        self.sleep = time.sleep
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -141,6 +144,9 @@ class SlurmBackend(ClusterBackend):
                                                 else None,
                                                 now - j.start_time if j.state == "RUNNING" and j.start_time else None,
                                                 self._ac.get(j.job_id, ""), self._mark_of(j))
+        self._pending_since = {k: self._pending_since.get(k, now) for k in
+                               ((j.job_id, j.restart_count) for j, _ in managed
+                                if j.state == "PENDING" and j.restart_count > 0)}
         if failed:
             self._quarantine(failed, now)
             managed = [(j, m) for j, m in managed if j.job_id not in failed]
@@ -179,6 +185,7 @@ class SlurmBackend(ClusterBackend):
                 # saved at once: a crash right after a signal must not send it again
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
 
+        self._wait_restart_gap(actions)
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         for j in list(self.signalled):
             ob = self._observed.get(j)
@@ -186,6 +193,18 @@ class SlurmBackend(ClusterBackend):
                 self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.last_enacted = results
+
+    def _wait_restart_gap(self, actions) -> None:
+        """A release (which also sends StartTime=now) of a requeued job waits until RESTART_GAP_SECONDS after
+        the job was first seen PENDING at this restart count (Slurm 24.11 kills a restart in the same second
+        as its requeue: the job would end FAILED).  At most one wait of <= RESTART_GAP_SECONDS per round."""
+        released = {j for a in actions if a.verb == "release" for j in a.job_ids}
+        since = [t for (j, _r), t in self._pending_since.items() if j in released]
+        if since:
+            wait = max(since) + RESTART_GAP_SECONDS - self.clock()
+            if wait > 0:
+                log.debug("waiting %.2f s before releasing a job requeued just now", wait)
+                self.sleep(min(wait, RESTART_GAP_SECONDS))
 
     def record_plan(self, view, decision, fallback: bool = False) -> None:
         """Store this round's exact views and decision (one snapshot per round; status/explain read only it)."""

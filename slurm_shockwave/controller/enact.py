@@ -27,8 +27,10 @@ from .ownership import marked, parse_mark, unmarked
 
 log = logging.getLogger("slurm_shockwave.enact")
 
-#: at most this many distinct mark texts are rewritten per round just to refresh a held job's reason
+#: at most this many distinct mark texts, and this many jobs, are rewritten per round just to refresh a held
+#: job's reason (each job is one RPC in slurmctld: ~0.7 ms per job on 22.05, measured with 1,000 jobs)
 MAX_REASON_REWRITES = 4
+MAX_REASON_REWRITE_JOBS = 256
 #: parts of a reason that change every round without news for the user (a countdown): not put in the mark
 _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
@@ -117,9 +119,13 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
         else:
             add("mark", o.job_id, unmarked(o.admin_comment))
     # refreshing only the reason of an already held job: the biggest groups first, a bounded number of calls
+    budget = MAX_REASON_REWRITE_JOBS
     for text, ids in sorted(rewrites.items(), key=lambda kv: -len(kv[1]))[:MAX_REASON_REWRITES]:
-        for jid in ids:
+        for jid in sorted(ids)[:budget]:
             add("mark", jid, text)
+        budget -= min(budget, len(ids))
+        if budget == 0:
+            break
     order = ("update_gpus", "signal", "requeue_hold", "site_factor", "hold", "release", "mark")
     return [Action(verb, tuple(sorted(ids)), value)
             for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
@@ -159,7 +165,7 @@ class Enactor:
                 log.info("dry-run: would %s %s %s", a.verb, a.value if a.value is not None else "", list(a.job_ids))
                 results.append((a, "dry-run"))
                 continue
-            ids = [self.state.intend(round_index, j, a.verb, a.value, restart_counts.get(j, 0)) for j in a.job_ids]
+            ids = self.state.intend_many(round_index, a.job_ids, a.verb, a.value, restart_counts)
             try:
                 self._call(a)
             except Exception as e:  # noqa: BLE001 - a failed call is journalled, logged, retried next round

@@ -188,6 +188,18 @@ class StateStore:
                               (round_index, str(job_id), verb, json.dumps(value), restart_count, time.time()))
         return cur.lastrowid
 
+    def intend_many(self, round_index, job_ids, verb, value, restart_counts: dict) -> list[int]:
+        """`intend` for every job of one action, in one transaction (one commit instead of one per job)."""
+        ids, now, text = [], time.time(), json.dumps(value)
+        with self.db:
+            self.db.execute("BEGIN")
+            for j in job_ids:
+                cur = self.db.execute("INSERT INTO actions(round, job_id, verb, value, restart_count, status, ts)"
+                                      " VALUES(?, ?, ?, ?, ?, 'intent', ?)",
+                                      (round_index, str(j), verb, text, restart_counts.get(j, 0), now))
+                ids.append(cur.lastrowid)
+        return ids
+
     def settle(self, action_ids, status: str, error: str | None = None) -> None:
         with self.db:
             self.db.execute("BEGIN")

@@ -43,6 +43,10 @@ from .models import SlurmJob, SlurmNode
 from .parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
                     parse_sprio_site, parse_squeue_meta)
 
+#: seconds between first seeing a requeued job PENDING and releasing it / ``StartTime=now`` (Slurm 24.11 kills a
+#: restart whose credential dates from the same second as the requeue: see the module docstring)
+RESTART_GAP_SECONDS = 1.1
+
 _JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
 _FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _SIGNAL_RE = re.compile(r"^(SIG)?[A-Z0-9+]+$|^\d+$")
