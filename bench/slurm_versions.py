@@ -12,6 +12,7 @@ Also the time of the raw reads (``squeue --json`` of N jobs and its parse) per v
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -93,7 +94,8 @@ def main(argv=None):
     if not args.no_doc:
         append_doc("\n## Controller round per Slurm version (issue 13)\n\n"
                    f"`nice -n 10 .venv/bin/python bench/slurm_versions.py --jobs {args.jobs} --slurm {args.slurm}` "
-                   f"({time.strftime('%Y-%m-%d')}; {args.nodes * args.gpus_per_node} GPUs, 2 shared cores). 24.11 and "
+                   f"({time.strftime('%Y-%m-%d')}; {args.nodes * args.gpus_per_node} GPUs, 2 shared cores, load average "
+                   f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at the end). 24.11 and "
                    "26.05 run from Debian roots through chroot wrappers (each Slurm command pays a chroot exec). "
                    "Round 0 holds and sets SiteFactor on every deferred job; later rounds find Slurm in the planned "
                    "state (target: within 2 s).\n\n"
