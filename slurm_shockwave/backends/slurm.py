@@ -24,7 +24,6 @@ from ..controller.enact import Enactor, Observed, reconcile
 from ..controller.ownership import admin_comments, status_of
 from ..hints import HintError, parse_hints
 from ..slurmcli.cli import RESTART_GAP_SECONDS
-from ..events.summary import summarize  # noqa: F401 (kept for callers)
 from ..events.tracker import EventTracker
 from . import jobview
 from .base import ClusterBackend
@@ -160,7 +159,7 @@ class SlurmBackend(ClusterBackend):
             jobview.finish_gone(self.state, gone, ended, self._events.progress, now)
         self.state.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": j.account, "gpus": max(j.gpus, 1),
                                  "state": ("HELD" if j.held else j.state), "submit_time": j.submit_time,
-                                 "restarts": j.restart_count, "view": _view_dict(v, self._meta.get(j.job_id))}
+                                 "restarts": j.restart_count, "view": jobview.view_dict(v, self._meta.get(j.job_id))}
                                 for (j, _), v in zip(managed, views)], now)
         return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=capacity, jobs=tuple(views), total_jobs=len(views))
@@ -289,9 +288,6 @@ class SlurmBackend(ClusterBackend):
             j, marker, p, now, round_length=self.round_length, weight=self.cfg.weight(j.user, j.account),
             arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key])
         return view
-
-
-_view_dict = jobview.view_dict      # kept for importers of the old name
 
 
 def _reasons(decision) -> dict:

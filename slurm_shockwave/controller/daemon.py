@@ -11,7 +11,6 @@ back-off until writes succeed again, and the controller resumes by itself.
 from __future__ import annotations
 
 import fcntl
-import inspect
 import json
 import logging
 import os
@@ -48,12 +47,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def make_cli(cfg) -> SlurmCLI:
-    """The Slurm CLI of a config: its env, timeout and (when the CLI layer supports it) bin_dir."""
-    kw = {}
-    bin_dir = getattr(cfg, "slurm_bin_dir", None)
-    if bin_dir and "bin_dir" in inspect.signature(SlurmCLI.__init__).parameters:
-        kw["bin_dir"] = bin_dir
-    return SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout, **kw)
+    """The Slurm CLI of a config: its env, timeout and bin_dir (a site's own Slurm install, or a root's)."""
+    return SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout, bin_dir=getattr(cfg, "slurm_bin_dir", None))
 
 
 class Controller:

@@ -40,10 +40,6 @@ def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDec
     return RoundDecision(run=tuple(run), info={"path": "fallback", "fallback": why, "jobs": {}})
 
 
-# kept for callers of the old name: it is the same single fallback
-greedy_fallback = fallback_decision
-
-
 class RoundLoop:
     def __init__(self, backend: ClusterBackend, policy, on_round=None, keep_info: bool = False,
                  on_decision=None):
