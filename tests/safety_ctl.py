@@ -2,8 +2,9 @@
 
     python -m tests.safety_ctl CONFIG [KILL]
 
-$SAFETY_POLICY=rotate replaces the configured policy by `Rotate` (below).  $SAFETY_READY: a file written
-once the signal handlers are installed.
+$SAFETY_POLICY=rotate replaces the configured policy by `Rotate` (below; $SAFETY_ROTATE_SLICE: rounds a plan
+is kept, default 1; $SAFETY_ROTATE_STATE: a file keeping the rotation across restarts, default none).
+$SAFETY_READY: a file written once the signal handlers are installed.
 
 KILL = "TOKEN:N:before|after": SIGKILL this process right before / right after the N-th Slurm command
 whose argv contains TOKEN (an argv item equal to TOKEN or starting with it; "AdminComment=" alone matches
@@ -12,6 +13,7 @@ only the clearing of a mark).  Every Slurm command is appended to $SAFETY_CALL_L
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -25,20 +27,53 @@ from slurm_shockwave.controller.daemon import Controller, make_cli
 
 class Rotate(Policy):
     """Round robin over the managed jobs (fewest rounds planned first, then least progress): with more jobs
-    than GPUs, running jobs lose their round all the time, so preemptions happen every few seconds."""
+    than GPUs, running jobs lose their round all the time, so preemptions happen every few seconds.
+
+    ``slice_rounds`` (``$SAFETY_ROTATE_SLICE``, default 1): a plan is kept that many rounds (GPUs freed in
+    between are filled in the usual order), so a job that lost its round stays off for a whole slice: with
+    2 and fewer than twice as many jobs as GPUs, a job that ignores the checkpoint signal is still unplanned
+    when its grace ends, and the controller requeues and holds it.
+
+    ``state_path`` (``$SAFETY_ROTATE_STATE``, default none): where the rotation is kept across restarts of the
+    controller (a JSON file written after every decision), so a restarted controller goes on with the same
+    turns instead of planning afresh (a job that lost its round before a kill -9 is still off after it)."""
     name = "rotate"
 
-    def __init__(self):
+    def __init__(self, slice_rounds: int = 1, state_path: str | None = None):
         self.planned: dict = {}
+        self.slice_rounds = max(1, int(slice_rounds))
+        self.current: list = []
+        self.left = 0          # rounds the current plan is still kept
+        self.state_path = state_path
+        if state_path and os.path.exists(state_path):
+            with open(state_path) as fh:
+                saved = json.load(fh)
+            self.planned, self.current, self.left = saved["planned"], saved["current"], saved["left"]
 
     def decide(self, view):
         free, run = view.num_gpus, []
-        for j in sorted(view.jobs, key=lambda j: (self.planned.get(j.job_id, 0), j.epochs_done, str(j.job_id))):
-            if j.num_gpus <= free:
+        if self.left > 0:      # within a slice: the jobs of the plan keep their GPUs
+            by_id = {str(j.job_id): j for j in view.jobs}
+            for jid in self.current:
+                j = by_id.get(jid)
+                if j is not None and j.num_gpus <= free:
+                    run.append(j.job_id)
+                    free -= j.num_gpus
+            self.left -= 1
+        else:
+            self.left = self.slice_rounds - 1
+        for j in sorted(view.jobs, key=lambda j: (self.planned.get(str(j.job_id), 0), j.epochs_done, str(j.job_id))):
+            if j.job_id not in run and j.num_gpus <= free:
                 run.append(j.job_id)
                 free -= j.num_gpus
         for j in run:
-            self.planned[j] = self.planned.get(j, 0) + 1
+            self.planned[str(j)] = self.planned.get(str(j), 0) + 1
+        self.current = [str(j) for j in run]
+        if self.state_path:
+            tmp = self.state_path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({"planned": self.planned, "current": self.current, "left": self.left}, fh)
+            os.replace(tmp, self.state_path)
         return RoundDecision(run=tuple(run), info={"jobs": {j.job_id: {"reason": "rotation: waits its turn"}
                                                             for j in view.jobs if j.job_id not in run}})
 
@@ -91,7 +126,8 @@ def main(argv) -> int:
                                 os.environ.get("SAFETY_CALL_LOG"))
     ctl = Controller(cfg, cli=cli)
     if os.environ.get("SAFETY_POLICY") == "rotate":
-        ctl.loop.policy = ctl.policy = Rotate()
+        ctl.loop.policy = ctl.policy = Rotate(int(os.environ.get("SAFETY_ROTATE_SLICE") or 1),
+                                              os.environ.get("SAFETY_ROTATE_STATE") or None)
     ctl.install_signal_handlers()
     if os.environ.get("SAFETY_READY"):
         with open(os.environ["SAFETY_READY"], "w") as fh:

@@ -7,10 +7,14 @@ where the runs before it ended (no work lost to a requeue), Slurm's restart coun
 left held, the
 state database intact (`PRAGMA integrity_check`), rounds numbered without gaps, no requeue journalled
 twice at one restart count.
+
+On a cluster of another Slurm version (run from a Debian root, ``cluster.bin_dir`` set) the jobs run inside
+that root: build the cluster with ``binds=[REPO]``, ``rw_binds=[<lab root>]`` and ``host_python=sys.executable``
+(see tests/test_versions_kill9.py); the jobs then run the host's Python through ``bin_dir/host-python`` and
+the controller's config names ``bin_dir``.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -28,7 +32,8 @@ BIN = Path(sys.executable).parent
 
 class Lab:
     def __init__(self, cluster, root: Path, epochs: int, epoch_s: float, round_s: float = 3,
-                 policy: str = "max_min_fairness", grace: float = 2, rotate: bool = True):
+                 policy: str = "max_min_fairness", grace: float = 2, rotate: bool = True, rotate_slice: int = 1,
+                 rotate_memory: bool = False):
         self.c, self.root, self.epochs, self.epoch_s = cluster, root, epochs, epoch_s
         self.store, self.work, self.state_dir = root / "store", root / "work", root / "state"
         for p in (self.store, self.work):
@@ -42,22 +47,32 @@ class Lab:
             f"slurm_timeout = 5\n"
             f"partition = \"{cluster.partition}\"\nstate_dir = \"{self.state_dir}\"\nevent_store = \"{self.store}\"\n"
             f"[policy]\nname = \"{policy}\"\n"
+            + (f"[slurm]\nbin_dir = \"{cluster.bin_dir}\"\n" if cluster.bin_dir else "") +
             f"[slurm.env]\nSLURM_CONF = \"{cluster.env['SLURM_CONF']}\"\n")
         self.jobs: list[int] = []
         self.policy = "rotate" if rotate else policy
+        self.rotate_slice = rotate_slice       # rounds the rotating policy keeps a plan (tests/safety_ctl.py)
+        # the rotation survives a restart of the controller (else each controller process plans afresh)
+        self.rotate_state = root / "rotate.json" if rotate_memory else None
         self.proc: subprocess.Popen | None = None
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, n: int) -> list[int]:
+    def submit(self, n: int, ignore_signal=lambda i: i % 2 == 1) -> list[int]:
+        """Submit ``n`` jobs; job ``i`` ignores the checkpoint signal if ``ignore_signal(i)`` (default: the odd
+        ones): the controller's requeuehold (after the grace) stops it; the others checkpoint and requeue
+        themselves (shockwave-run's ``scontrol requeue``)."""
         script = self.root / "job.sh"
+        # inside another version's Debian root the host's Python runs through the cluster's host-python wrapper
+        # (the venv's python is a link to /usr/bin/python3, which inside the root is not the host's)
+        python = str(self.c.bin_dir / "host-python") if self.c.bin_dir else sys.executable
+        run = f"{python} {BIN / 'shockwave-run'}" if self.c.bin_dir else str(BIN / "shockwave-run")
         # USR1 ignored until shockwave-run installs its handler (SIG_IGN survives exec): a checkpoint signal
         # that comes while the job is still starting must not kill it (the default action of USR1)
-        script.write_text(f"#!/bin/sh\ntrap '' USR1\nexec {BIN / 'shockwave-run'} --store {self.store} -- "
-                          f"{sys.executable} {REPO / 'tests' / 'safety_train.py'} {self.epochs} {self.epoch_s}\n")
+        script.write_text(f"#!/bin/sh\ntrap '' USR1\nexec {run} --store {self.store} -- "
+                          f"{python} {REPO / 'tests' / 'safety_train.py'} {self.epochs} {self.epoch_s}\n")
         for i in range(n):
-            # odd jobs ignore the checkpoint signal: the controller's requeuehold (after the grace) stops them
             env = {"PYTHONPATH": str(REPO), "SHOCKWAVE_STORE": str(self.store),
-                   "SAFETY_IGNORE_CHECKPOINT_SIGNAL": str(i % 2)}
+                   "SAFETY_IGNORE_CHECKPOINT_SIGNAL": "1" if ignore_signal(i) else "0"}
             self.jobs.append(self.c.cli.sbatch(str(script), [
                 f"--job-name=ft{i}", "--gres=gpu:1", "--requeue", "--open-mode=append",
                 f"--output={self.work}/out.%j", f"--chdir={self.work}", "-p", self.c.partition,
@@ -65,8 +80,10 @@ class Lab:
         return self.jobs
 
     def raw(self) -> dict:
-        out = self.c.cli.run(["squeue", "--json"]).stdout
-        return {r["job_id"]: r for r in json.loads(out)["jobs"] if r["job_id"] in self.jobs}
+        """job id -> {job_state, state_reason, restart_cnt} of our jobs (22.05's squeue --json field names),
+        read through the version-tolerant parser (newer versions print job_state as a list)."""
+        return {j.job_id: {"job_state": j.state, "state_reason": j.state_reason, "restart_cnt": j.restart_count}
+                for j in self.c.cli.squeue_jobs(job_ids=self.jobs)}
 
     def all_finished(self) -> bool:
         try:
@@ -82,7 +99,8 @@ class Lab:
         ready = self.root / "ready"
         ready.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(REPO), "SAFETY_CALL_LOG": str(self.calls),
-               "SAFETY_READY": str(ready), "SAFETY_POLICY": self.policy}
+               "SAFETY_READY": str(ready), "SAFETY_POLICY": self.policy,
+               "SAFETY_ROTATE_SLICE": str(self.rotate_slice), "SAFETY_ROTATE_STATE": str(self.rotate_state or "")}
         with open(self.log, "a") as log:
             log.write(f"=== start kill={kill}\n")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.safety_ctl", str(self.config), kill or "none"],
