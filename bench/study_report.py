@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 from solver.policies.shockwave import ShockwaveConfig
+from study import BASELINES
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = {"shockwave": "Shockwave", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
          "max_min_fairness": "Gavel", "allox": "AlloX", "max_sum_throughput": "MST", "gandiva_fair": "Gandiva-Fair"}
-BASELINES = ["max_min_fairness", "finish_time_fairness", "allox", "max_sum_throughput", "min_total_duration",
-             "gandiva_fair"]
 # the reference's shipped Shockwave result on the 120-job trace (docs: reference notes 6.2)
 REFERENCE_120 = {"makespan": 24197, "avg_jct": 9958, "worst_rho": 1.784, "unfair_fraction": 5.0}
 TARGETS = ("unfair <= 5%", "unfair <= best baseline / 3", "makespan <= 1.20 x LB", "worst rho <= 2.0")

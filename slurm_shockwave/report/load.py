@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from solver.policies import policy_names
+
 # Our policy name -> the name of the same policy in the reference's shipped results
 # (the same mapping as `shockwave simulate` uses for its table).
 REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
 
 # Display order: Shockwave first, then the baselines in the order `shockwave simulate --policy all` runs them.
-POLICY_ORDER = ("shockwave", "max_min_fairness", "finish_time_fairness", "allox", "max_sum_throughput",
-                "min_total_duration", "gandiva_fair", "fifo")
+POLICY_ORDER = tuple(policy_names())
 
 # Metrics every policy's result must carry (the four bar panels).
 REQUIRED_METRICS = ("makespan", "avg_jct", "worst_rho", "unfair_fraction")
