@@ -75,6 +75,22 @@ def append_one(store: Path, ids: list[int], epoch: int, t: float) -> None:
                                              duration_s=20.0, samples=50000)))
 
 
+def submit_jobs(c, root: Path, n: int) -> tuple[list[int], float]:
+    """n managed `sleep` jobs of 1, 2 or 4 GPUs with Shockwave hints (8 sbatch at a time); (ids, seconds)."""
+    script = root / "job.sh"
+    script.write_text("#!/bin/sh\nsleep 3600\n")
+    t0 = time.perf_counter()
+
+    def one(i):
+        gpus = (1, 1, 1, 2, 4)[i % 5]
+        return c.cli.sbatch(str(script), [f"--gres=gpu:{gpus}", "--requeue", "--output=/dev/null",
+                                          f"--comment=shockwave epochs={10 + i % 50} bs=32 epoch_s={30 + i % 7}",
+                                          "-p", c.partition, f"--job-name=b{i}"])
+    with ThreadPoolExecutor(8) as ex:
+        ids = [int(j) for j in ex.map(one, range(n))]
+    return ids, time.perf_counter() - t0
+
+
 def timed_round(ctl: Controller) -> float:
     t = time.perf_counter()
     ctl.run(max_rounds=1)
@@ -97,18 +113,7 @@ def main(argv=None):
     c.ensure_installed()
     c.up()
     try:
-        script = root / "job.sh"
-        script.write_text("#!/bin/sh\nsleep 3600\n")
-        t0 = time.perf_counter()
-
-        def one(i):
-            gpus = (1, 1, 1, 2, 4)[i % 5]
-            return c.cli.sbatch(str(script), [f"--gres=gpu:{gpus}", "--requeue", "--output=/dev/null",
-                                              f"--comment=shockwave epochs={10 + i % 50} bs=32 epoch_s={30 + i % 7}",
-                                              "-p", c.partition, f"--job-name=b{i}"])
-        with ThreadPoolExecutor(8) as ex:
-            ids = [int(j) for j in ex.map(one, range(args.jobs))]
-        submit_s = time.perf_counter() - t0
+        ids, submit_s = submit_jobs(c, root, args.jobs)
         print(f"submitted {args.jobs} jobs in {submit_s:.1f} s")
         if args.event_lines:
             events_bench(c, root, ids, args)

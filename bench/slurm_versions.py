@@ -18,14 +18,13 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from controller_round import append_doc, controller, timed_round  # noqa: E402
+from controller_round import append_doc, controller, submit_jobs, timed_round  # noqa: E402
 
 from slurm_shockwave.localcluster import LocalCluster  # noqa: E402
 from slurm_shockwave.slurmcli import parse_squeue_json  # noqa: E402
@@ -38,18 +37,7 @@ def one_version(version: str, args) -> dict:
     c.ensure_installed()
     c.up()
     try:
-        script = root / "job.sh"
-        script.write_text("#!/bin/sh\nsleep 3600\n")
-        t0 = time.perf_counter()
-
-        def one(i):
-            gpus = (1, 1, 1, 2, 4)[i % 5]
-            return c.cli.sbatch(str(script), [f"--gres=gpu:{gpus}", "--requeue", "--output=/dev/null",
-                                              f"--comment=shockwave epochs={10 + i % 50} bs=32 epoch_s={30 + i % 7}",
-                                              "-p", c.partition, f"--job-name=b{i}"])
-        with ThreadPoolExecutor(8) as ex:
-            list(ex.map(one, range(args.jobs)))
-        submit_s = time.perf_counter() - t0
+        _ids, submit_s = submit_jobs(c, root, args.jobs)
         cli = c.cli
         reads, parses, size = [], [], 0
         for _ in range(3):

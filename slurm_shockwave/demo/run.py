@@ -287,15 +287,7 @@ class Demo:
         self.controller = None
 
     def _stop(self):
-        if self.controller is not None and self.controller.poll() is None:
-            self.controller.send_signal(signal.SIGTERM)
-            try:
-                self.controller.wait(60)
-            except subprocess.TimeoutExpired:
-                self.controller.kill()
-                self.controller.wait(10)
-        if self.controller is not None:
-            self.controller_log.close()
+        self._stop_controller()
         if self.cluster is not None:
             left = self.cluster.down()
             if left:
