@@ -161,7 +161,7 @@ def count_gpus(env):
 
 
 def load_is_marked():
-    """(H-safety) THE marker rule, `is_marked` of slurm_shockwave/hints.py (standard library only), loaded
+    """THE marker rule, `is_marked` of slurm_shockwave/hints.py (standard library only), loaded
     from ``shockwave_hints.py`` next to this file (install copies it there) or from the source checkout;
     trusted like the config file (a regular file owned by root/us, not writable by group/others)."""
     here = os.path.dirname(os.path.abspath(__file__))

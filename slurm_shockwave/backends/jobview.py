@@ -74,7 +74,7 @@ def build(job, marker: dict, p, now: float, *, round_length: float, weight: floa
         user=job.user, account=job.account, weight=weight, mode="unknown", job_type=job.name,
         min_batch_size=p.min_batch_size or marker.get("min_bs"), max_batch_size=p.max_batch_size or
         marker.get("max_bs"), ran_last_round=job.state == "RUNNING",
-        run_time=sum(durations.get(b, epoch_s) * n for b, n in (getattr(p, "bs_runs", None)     # (H-jobside) O(runs)
+        run_time=sum(durations.get(b, epoch_s) * n for b, n in (getattr(p, "bs_runs", None)     # O(runs)
                                                                  or [(b, 1) for b in p.bs_per_epoch])))
     warnings = []
     if not job.requeue:
@@ -117,7 +117,7 @@ SHORT_HISTORY = 1000
 
 
 def _runs(history) -> list:
-    # (H-jobside) itertools.groupby runs in C: 10x faster than a Python loop over 1000-epoch histories
+    # itertools.groupby runs in C: 10x faster than a Python loop over 1000-epoch histories
     return [[b, sum(1 for _ in g)] for b, g in itertools.groupby(history)]
 
 

@@ -186,7 +186,7 @@ def events(job_id, store_root, config_path, as_json):
     res = EventReader(root).read_job(job_id)
     evs = [e.to_dict() for e in res.events]
     rejected = [{"file": f, "line": n, "reason": r} for f, n, r in res.rejected]
-    if not evs and not rejected:   # (H-jobside) an empty table with rc 0 read as "fine": say so, rc 1
+    if not evs and not rejected:   # an empty table with rc 0 read as "fine": say so, rc 1
         msg = (f"no events for job {job_id} in {root}: it has not started under shockwave-run yet, or it reports "
                "to another store (its SHOCKWAVE_STORE)")
         if as_json:

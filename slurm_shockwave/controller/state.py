@@ -236,7 +236,7 @@ class StateStore:
         return held
 
     def set_quarantined(self, rows: list[dict], now: float) -> None:
-        """(H-safety) Jobs left to Slurm because their data is invalid: state 'QUARANTINED', the one-line reason
+        """Jobs left to Slurm because their data is invalid: state 'QUARANTINED', the one-line reason
         in view["quarantined"] (rows: job_id, user, account, gpus, submit_time, restarts, reason)."""
         with self.db:
             self.db.execute("BEGIN")
@@ -250,7 +250,7 @@ class StateStore:
                      "gpus": r.get("gpus"), "submit_time": r.get("submit_time"), "restarts": r.get("restarts"),
                      "now": now, "view": json.dumps({"quarantined": r["reason"]})})
 
-    # ------------------------------------------------------------------ event progress (H-jobside)
+    # ------------------------------------------------------------------ event progress
     # per job: the event reader's offsets and the bounded summary (events/summary.py ProgressState), saved
     # only for jobs with new lines; `final=1` rows are the last summary of jobs that left the queue.
     _EVENT_TABLE = ("CREATE TABLE IF NOT EXISTS event_progress (job_id TEXT PRIMARY KEY, offsets TEXT, summary TEXT,"
