@@ -45,11 +45,46 @@ ODD_NAME = "we\"ird; $(touch /tmp/pwned) `id` 'q' \u00fc|&<> \\ %x #"
 ODD_COMMENT = "c;o\"m'm $HOME `id` \u00e9"
 
 
+_ROOTS: list[Path] = []
+
+
 def make_root(prefix: str = "shockwave-slurm-") -> Path:
-    """A fresh 0755 directory under the system temp dir."""
+    """A fresh 0755 directory under the system temp dir, removed at the end of the test session
+    (``SHOCKWAVE_KEEP_TEST_ROOTS=1`` keeps them for a post-mortem)."""
     root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o755)
+    _ROOTS.append(root)
     return root
+
+
+def _mount_points() -> list[str]:
+    try:
+        return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    except OSError:
+        return []
+
+
+def remove_test_roots(roots: list[Path] = _ROOTS) -> list[Path]:
+    """Remove these directories (default: all that `make_root` made; the list is emptied); a directory with
+    anything still mounted under it is left alone (never delete through a bind mount).  Returns those left."""
+    left = []
+    mounts = _mount_points()
+    while roots:
+        root = roots.pop()
+        if any(m == str(root) or m.startswith(str(root) + "/") for m in mounts):
+            left.append(root)
+            continue
+        shutil.rmtree(root, ignore_errors=True)
+    return left
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_roots_removed_at_the_end():
+    yield
+    if os.environ.get("SHOCKWAVE_KEEP_TEST_ROOTS") != "1":
+        left = remove_test_roots()
+        if left:
+            print(f"\nleft (something is still mounted under them): {', '.join(map(str, left))}")
 
 
 def ensure_user(name: str = JOB_USER) -> pwd.struct_passwd:
