@@ -84,21 +84,26 @@ def to_int(val, default=None):
         return default
 
 
+def own_dir(d):
+    """Create ``d`` 0755 if missing; None if it is a real directory owned by root/us and writable by nobody
+    else, else why it is unsafe (one line)."""
+    try:
+        os.mkdir(d, 0o755)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
+    return None
+
+
 def system_dir(store):
     """``<store>/_system``, created 0755 if missing; None if it is unsafe to write there."""
     st_root = os.stat(store)  # the store root itself must exist (admin creates it)
     if not stat.S_ISDIR(st_root.st_mode):
         return None
     d = os.path.join(store, "_system")
-    try:
-        os.mkdir(d, 0o755)
-    except FileExistsError:
-        pass
-    st = os.lstat(d)
-    if (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid())
-            or st.st_mode & 0o022):
-        return None
-    return d
+    return None if own_dir(d) else d
 
 
 def read_tail(path):
@@ -202,13 +207,9 @@ def provision_user_dir(store, env):
     if uid is None or uid < 0 or os.geteuid() != 0:
         return None
     users = os.path.join(store, "users")
-    try:
-        os.mkdir(users, 0o755)
-    except FileExistsError:
-        pass
-    st = os.lstat(users)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        return "unsafe %s (owner %d, mode %o)" % (users, st.st_uid, stat.S_IMODE(st.st_mode))
+    unsafe = own_dir(users)
+    if unsafe:
+        return unsafe
     d = os.path.join(users, str(uid))
     try:
         os.mkdir(d, 0o755)

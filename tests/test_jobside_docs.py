@@ -90,21 +90,27 @@ print("seen", m.seen, "stopped_early", run.stopped_early, flush=True)
 """
 
 
+def _signal_after_epoch(tmp_path, prog, env, job: str, epoch: int):
+    """Run `prog` under shockwave-run, send the checkpoint signal once epoch `epoch` is reported; (out, err, p)."""
+    p = subprocess.Popen(RUN + ["--", sys.executable, str(prog)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    evfile = tmp_path / "store" / "users" / str(os.geteuid()) / job / "events.jsonl"
+    deadline = time.monotonic() + 60
+    while f'"epoch":{epoch},'.encode() not in (evfile.read_bytes() if evfile.exists() else b""):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.05)
+    p.send_signal(signal.SIGUSR1)
+    out, err = p.communicate(timeout=60)
+    return out, err, p
+
+
 def test_training_object_saves_on_the_signal_and_resumes(tmp_path):
     """The program never calls save() or checkpointed() itself: Training does both, and the wrapper asks
     for a requeue because epochs are left (here there is no Slurm, so it exits 1 instead of 0/COMPLETED)."""
     prog = tmp_path / "train.py"
     prog.write_text(TRAIN)
     env = _env(tmp_path, "4200")
-    p = subprocess.Popen(RUN + ["--", sys.executable, str(prog)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    evfile = tmp_path / "store" / "users" / str(os.geteuid()) / "4200" / "events.jsonl"
-    deadline = time.monotonic() + 60
-    while b'"epoch":1,' not in (evfile.read_bytes() if evfile.exists() else b""):
-        assert time.monotonic() < deadline and p.poll() is None
-        time.sleep(0.05)
-    p.send_signal(signal.SIGUSR1)
-    out, err = p.communicate(timeout=60)
+    out, err, p = _signal_after_epoch(tmp_path, prog, env, "4200", 1)
     assert p.returncode == 1, (out, err)
     assert "stopped_early True" in out and "could not be requeued" in err
     first = summarize(EventReader(tmp_path / "store").read_job("4200", expected_uid=os.geteuid()).events)
@@ -125,15 +131,7 @@ def test_breaking_out_of_the_loop_on_the_signal_still_saves(tmp_path):
     prog = tmp_path / "train.py"
     prog.write_text(code)
     env = _env(tmp_path, "4300")
-    p = subprocess.Popen(RUN + ["--", sys.executable, str(prog)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    evfile = tmp_path / "store" / "users" / str(os.geteuid()) / "4300" / "events.jsonl"
-    deadline = time.monotonic() + 60
-    while b'"epoch":0,' not in (evfile.read_bytes() if evfile.exists() else b""):
-        assert time.monotonic() < deadline and p.poll() is None
-        time.sleep(0.05)
-    p.send_signal(signal.SIGUSR1)
-    out, _ = p.communicate(timeout=60)
+    out, _, _ = _signal_after_epoch(tmp_path, prog, env, "4300", 0)
     evs = EventReader(tmp_path / "store").read_job("4300", expected_uid=os.geteuid()).events
     ck = [e for e in evs if e.kind == "checkpoint"]
     assert ck and ck[-1].total_epochs == 8 and "stopped_early True" in out

@@ -106,7 +106,7 @@ class SlurmBackend(ClusterBackend):
         now = self.clock()
         self._round_started = now
         self._bad = {}
-        self._ac = admin_comments(self.cli, jobs)      # our ownership marks (controller/ownership.py)
+        self._ac = admin_comments(jobs)      # our ownership marks (controller/ownership.py)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}

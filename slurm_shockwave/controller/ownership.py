@@ -80,16 +80,6 @@ def status_of(admin_comment) -> str | None:
     return m.status if m else None
 
 
-def admin_comments(cli, jobs) -> dict:
-    """{job_id: AdminComment} of these SlurmJobs.  Uses `SlurmJob.admin_comment` (squeue --json has it on
-    22.05 and later); only for a SlurmJob model without that field, one extra `squeue --json` read."""
-    jobs = list(jobs)
-    if not jobs or hasattr(jobs[0], "admin_comment"):
-        return {j.job_id: getattr(j, "admin_comment", "") or "" for j in jobs}
-    import json
-    raw = json.loads(cli.run(["squeue", "--json"]).stdout or "{}")
-    out = {}
-    for r in raw.get("jobs", []) if isinstance(raw, dict) else []:
-        if isinstance(r, dict) and isinstance(r.get("job_id"), int) and isinstance(r.get("admin_comment"), str):
-            out[r["job_id"]] = r["admin_comment"]
-    return out
+def admin_comments(jobs) -> dict:
+    """{job_id: AdminComment} of these SlurmJobs (squeue --json carries it on every supported version)."""
+    return {j.job_id: j.admin_comment or "" for j in jobs}

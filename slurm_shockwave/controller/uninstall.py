@@ -75,7 +75,7 @@ def uninstall(cfg, cli=None) -> dict:
                        **({"bin_dir": cfg.slurm_bin_dir} if getattr(cfg, "slurm_bin_dir", None) else {}))
     journal_held, journal_touched = _journal(cfg)
     live = [j for j in cli.squeue_jobs() if j.state in ACTIVE]
-    ac = admin_comments(cli, live)
+    ac = admin_comments(live)
     marked = [j for j in live if status_of(ac.get(j.job_id, "")) is not None]
     marked_ids = {j.job_id for j in marked}
     release = sorted({j.job_id for j in marked if j.held} |

@@ -53,23 +53,21 @@ def job_rows(res: dict) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def render_tables(res: dict, c) -> None:
+def _table(title: str, head, rows):
     from rich.table import Table
-    head, rows = job_rows(res)
-    if rows:
-        t = Table(title="Jobs: the same workload on the same local Slurm cluster")
-        for h in head:
-            t.add_column(h)
-        for r in rows:
-            t.add_row(*r)
-        c.print(t)
-    head, rows = summary_rows(res)
-    t = Table(title="Plain Slurm vs Shockwave (real runs and their simulations)")
+    t = Table(title=title)
     for h in head:
         t.add_column(h)
     for r in rows:
         t.add_row(*r)
-    c.print(t)
+    return t
+
+
+def render_tables(res: dict, c) -> None:
+    head, rows = job_rows(res)
+    if rows:
+        c.print(_table("Jobs: the same workload on the same local Slurm cluster", head, rows))
+    c.print(_table("Plain Slurm vs Shockwave (real runs and their simulations)", *summary_rows(res)))
     if res.get("where") == "slurm":
         done = {k: f"{(v.get('real') or {}).get('completed', 0)}/{(v.get('real') or {}).get('jobs', 0)}"
                 for k, v in (res.get("runs") or {}).items()}
