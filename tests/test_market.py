@@ -250,3 +250,13 @@ def test_max_min_round_fallback():
     # weight 10 divides attained service
     jobs[0] = ("a", 2, 100.0, 10.0, 0.0)
     assert max_min_round(jobs, 3)[0] == "a"
+
+
+def test_pinned_jobs_keep_the_first_rounds_when_packing_repairs():
+    # the greedy packing leaves the 4-GPU gang short; water-filling (fewer GPU-rounds short) would place the
+    # gang first and drop job "a", which the policy forces to run now: pinned, "a" keeps every round
+    gpus, counts = {"a": 2, "b": 1, "c": 4}, {"a": 4, "b": 4, "c": 4}
+    plan, short = pack_rounds(["a", "b", "c"], gpus, counts, 4, 4)
+    assert all("a" not in r for r in plan)           # what happened before pinning
+    plan, short = pack_rounds(["a", "b", "c"], gpus, counts, 4, 4, pinned=["a"])
+    assert all("a" in r for r in plan) and short == {"c": 4}

@@ -127,14 +127,25 @@ def test_resolve_cadence_and_cached_plan():
     assert paths == ["solved", "cached", "cached", "solved", "cached", "solved", "solved", "cached"]
 
 
-def test_equal_jobs_share_equally_over_window():
+def test_equal_jobs_run_without_time_slicing():
+    # four equal jobs on 2 GPUs: the two with the earliest fair-finish deadline (ties: job id) run in every
+    # round until they finish instead of the four taking turns (every turn costs a restart)
     jobs = [mkjob(i, total=500, d=200.0) for i in range(4)]
     pol = ShockwavePolicy({"future_rounds": 8, "reopt_rounds": 100})
-    counts = {i: 0 for i in range(4)}
-    for r in range(8):
-        for i in pol.decide(view(jobs, r=r, G=2)).run:
-            counts[i] += 1
-    assert set(counts.values()) == {4}
+    runs = [set(pol.decide(view(jobs, r=r, G=2)).run) for r in range(8)]
+    assert runs == [{0, 1}] * 8
+
+
+def test_earliest_fair_finish_deadline_runs_first():
+    # same work; the job that arrived first has the earlier fair-finish deadline and runs; the critical path
+    # (the job with far more work than the rest) runs too
+    jobs = [mkjob(0, total=10, arrival=600.0), mkjob(1, total=10, arrival=0.0), mkjob(2, total=10, arrival=300.0),
+            mkjob(3, total=400, arrival=600.0)]
+    d = ShockwavePolicy().decide(view(jobs, r=10, G=2, now=1200.0))
+    assert set(d.run) == {1, 3}
+    meta = d.info["jobs"]
+    assert meta[3]["critical_path"] and not meta[1]["critical_path"]
+    assert meta[1]["fair_finish_in_s"] < meta[2]["fair_finish_in_s"] < meta[0]["fair_finish_in_s"]
 
 
 def test_double_weight_gets_at_least_as_much():

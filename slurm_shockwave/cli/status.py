@@ -165,6 +165,10 @@ def explain(job_id, config_path, state_dir, as_json):
         plan = out["plan"]
         c.print(f"  plan: {plan.get('rounds_planned', '-')} of the window's rounds, next in round "
                 f"+{plan.get('next_planned_round_offset', '-')}, path {plan.get('path', '-')}")
+        if plan.get("critical_path"):
+            c.print("  priority: on the critical path (its remaining time sets the makespan if it waits)")
+        elif plan.get("fair_finish_in_s") is not None:
+            c.print(f"  priority: fair-finish deadline in {plan['fair_finish_in_s']:.0f} s (earliest deadline first)")
     for a in out["recent_actions"]:
         c.print(f"  round {a['round']}: {a['verb']} {a['value'] if a['value'] != 'null' else ''} -> {a['status']}")
 

@@ -4,10 +4,11 @@
    gang; this is the reference's rank MILP (min sum_i w_i * mean round index of i) done greedily.  Fragmentation
    (gangs > 1) can leave a job short; a cheap repair then moves other jobs (lowest priority first) out of the
    way into rounds where they still fit, and as a last resort the counts are re-packed by water-filling in
-   decreasing gang size (kept only if it loses less).  Whatever still does not fit is reported as shortfall.
-   Capacity is checked at every placement, so no round is ever over-full.
-2. ``backfill``: idle GPUs in each round go to jobs not yet in it, longest predicted remaining time first, while
-   they fit (work conservation).
+   decreasing gang size (kept only if it loses less).  Pinned jobs (run now) are never moved by either.
+   Whatever still does not fit is reported as shortfall.  Capacity is checked at every placement, so no round
+   is ever over-full.
+2. ``backfill``: idle GPUs in each round go to jobs not yet in it, in the caller's order (Shockwave: its
+   priority order), while they fit (work conservation).
 3. ``max_min_round``: the fallback when there is neither a solution nor a usable cached plan: least attained
    (weighted) run time first, greedily while it fits.
 """
@@ -37,7 +38,7 @@ def _greedy_priority(order, gpus, counts, G, W):
     return free, members, short
 
 
-def _repair(order, gpus, free, members, short, W):
+def _repair(order, gpus, free, members, short, W, pinned=frozenset()):
     rank = {j: r for r, j in enumerate(order)}
     for i in sorted(short, key=rank.get):
         g = gpus[i]
@@ -48,7 +49,7 @@ def _repair(order, gpus, free, members, short, W):
                 continue
             if free[t] < g:
                 moves = []
-                victims = sorted((j for j in members[t] if j != i), key=lambda j: -rank[j])
+                victims = sorted((j for j in members[t] if j != i and j not in pinned), key=lambda j: -rank[j])
                 for j in victims:
                     if free[t] >= g:
                         break
@@ -75,12 +76,18 @@ def _repair(order, gpus, free, members, short, W):
     return {j: s for j, s in short.items() if s > 0}
 
 
-def _water_fill(order, gpus, counts, G, W):
+def _water_fill(order, gpus, counts, G, W, pinned=frozenset()):
     rank = {j: r for r, j in enumerate(order)}
     free = [G] * W
     members = [set() for _ in range(W)]
     short = {}
-    for j in sorted((j for j in order if counts.get(j, 0) > 0), key=lambda j: (-gpus[j], rank[j])):
+    for j in order:   # pinned jobs keep the first rounds of the window, as in the greedy packing
+        if j in pinned:
+            for t in range(min(counts.get(j, 0), W)):
+                if free[t] >= gpus[j]:
+                    free[t] -= gpus[j]
+                    members[t].add(j)
+    for j in sorted((j for j in order if counts.get(j, 0) > 0 and j not in pinned), key=lambda j: (-gpus[j], rank[j])):
         g, n = gpus[j], counts[j]
         cand = sorted((t for t in range(W) if free[t] >= g), key=lambda t: (-free[t], t))[:n]
         for t in cand:
@@ -91,24 +98,31 @@ def _water_fill(order, gpus, counts, G, W):
     # earlier rounds for the rounds holding higher-priority work
     def key(t):
         ms = members[t]
-        return sum(rank[j] * gpus[j] for j in ms) / max(1, sum(gpus[j] for j in ms)) if ms else len(order)
+        # rounds holding more pinned GPUs first: pinned jobs' rounds are nested prefixes, so they stay in front
+        return (-sum(gpus[j] for j in ms if j in pinned),
+                sum(rank[j] * gpus[j] for j in ms) / max(1, sum(gpus[j] for j in ms)) if ms else len(order))
     perm = sorted(range(W), key=key)
     return [free[t] for t in perm], [members[t] for t in perm], short
 
 
-def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: int, rounds: int):
+def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: int, rounds: int,
+                pinned: Sequence[Hashable] = ()):
     """Per-round job lists realising ``counts`` as far as possible.
 
-    ``order``: job ids, highest priority first.  Returns (list of per-round id lists in priority order,
-    shortfall dict job -> rounds it could not get).
+    ``order``: job ids, highest priority first.  ``pinned``: jobs that must hold the first ``counts[j]`` rounds
+    of the window (jobs the policy runs now; first in ``order`` and fitting together in one round): the repair
+    never moves them and the water-filling keeps them in front (without this, water-filling could drop them
+    for a larger gang).  Returns (list of per-round id lists in priority order, shortfall dict job -> rounds
+    it could not get).
     """
     G, W = int(num_gpus), int(rounds)
     order = [j for j in order if 0 < gpus[j] <= G]
     free, members, short = _greedy_priority(order, gpus, counts, G, W)
+    pinned = frozenset(pinned)
     if short:
-        short = _repair(order, gpus, free, members, dict(short), W)
+        short = _repair(order, gpus, free, members, dict(short), W, pinned)
     if short:
-        free2, members2, short2 = _water_fill(order, gpus, counts, G, W)
+        free2, members2, short2 = _water_fill(order, gpus, counts, G, W, pinned)
         if sum(gpus[j] * s for j, s in short2.items()) < sum(gpus[j] * s for j, s in short.items()):
             free, members, short = free2, members2, short2
     rank = {j: r for r, j in enumerate(order)}
@@ -117,7 +131,7 @@ def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: i
 
 
 def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: int) -> list:
-    """Fill idle GPUs of every round with ``candidates`` (already sorted, longest remaining first)."""
+    """Fill idle GPUs of every round with ``candidates`` (already sorted, first choice first)."""
     out = []
     for ids in plan:
         ids = list(ids)

@@ -3,8 +3,8 @@
 What runs is the reference's relaxed program (notes 1.5): every re-solve plans a window of W rounds,
 maximising  (1/(N W)) sum_i w_i g_i log(progress_i + a_i) - k max_i (predicted time left after the window),
 with w_i = B_i * rho_i^lambda for jobs projected to finish later than their fair share (rho^100 for jobs about
-to finish), then orders the rounds by priority and backfills idle GPUs longest-remaining-first.  It re-solves on
-arrivals, completions and every ``reopt_rounds`` rounds, and otherwise plays the cached plan.
+to finish), with the jobs that run now fixed first (below), then orders the rounds and backfills idle GPUs.
+It re-solves on arrivals, completions and every ``reopt_rounds`` rounds, and otherwise plays the cached plan.
 
 Where this departs from the reference (issue 12), each for a reason that does not depend on a trace:
 * Clock: every time the policy uses is relative to the job's own arrival (rho-hat = (age + R/s) / F-bar with
@@ -26,8 +26,16 @@ Where this departs from the reference (issue 12), each for a reason that does no
 * No starvation: a job that has not run for B = ``starvation_rounds`` rounds (default: twice the window, 2W) is put
   first, longest-waiting first, head of line never skipped.  Bound (docs/performance.md): a job waits at most
   B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (N active jobs, g_max the largest gang).
-* In-window order: jobs planned in every round first, then Smith's rule (w_i / n_i descending), which is the
-  exchange-optimal order for the reference's rank objective sum_i w_i * (mean round index of i).
+* Who runs now (issue 12, docs/makespan-gap.md): the market's equal-rate shares time-slice every job through a
+  burst, so the longest jobs ran alone long after it (makespan 1.22-1.49 x the lower bound) and the short jobs
+  finished just at their fair-share target (many at rho 1.0-1.05).  Before the market is solved, the jobs that
+  run now are fixed (pinned to the first rounds of the window, as many as fit in one round): finishing jobs;
+  then the critical path (a job with (1 + ``critical_margin``) x its predicted remaining time >= the online
+  makespan bound max(sum_i rem_i g_i / G, max_i rem_i)), longest first; then every other job by its
+  fair-finish deadline arrival + F-bar (Shockwave's own target), earliest first.  The market plans the rest
+  of the window (the rounds after pinned jobs finish, GPUs a gang leaves), in-window order by Smith's rule
+  (w_i / n_i descending); idle GPUs and GPUs freed mid-window go in the same priority order.  A job runs to
+  completion once it is at the head instead of taking turns: fewer restarts.
 """
 from __future__ import annotations
 
@@ -137,6 +145,30 @@ class ShockwavePolicy(Policy):
                              "done": done_duration_from_summary(summ, pred.durations)}
         return est
 
+    def _priority_order(self, view: ClusterView, est: dict, r: int, meta: dict | None = None) -> list:
+        """Who runs first: the critical path, longest predicted remaining first (a job with (1 + margin) x its
+        remaining time >= the online makespan bound max(sum_i rem_i g_i / G, max_i rem_i) sets the makespan if
+        it waits), then every other job by its fair-finish deadline (arrival + F-bar, earliest first; jobs
+        without a target last).  Times are relative to now and to each job's arrival only."""
+        G = int(view.num_gpus)
+        jobs = [j for j in view.jobs if 0 < j.num_gpus <= G]
+        if not jobs:
+            return []
+        rem = {j.job_id: est[j.job_id]["remaining"] for j in jobs}
+        bound = max(sum(rem[j.job_id] * j.num_gpus for j in jobs) / G, max(rem.values()))
+        margin = 1.0 + self.config.critical_margin
+        due = {}
+        for j in jobs:
+            fb = self.fairshare.fbar(j.job_id, r)
+            due[j.job_id] = fb - (view.now - j.arrival_time) if fb is not None else math.inf
+        crit = {i for i in rem if rem[i] * margin >= bound}
+        if meta is not None:
+            for i in rem:
+                if i in meta:
+                    meta[i]["critical_path"] = i in crit
+                    meta[i]["fair_finish_in_s"] = due[i] if math.isfinite(due[i]) else None
+        return sorted(rem, key=lambda i: (i not in crit, -rem[i] if i in crit else due[i], str(i)))
+
     def _waited(self, jid, r: int) -> int:
         return r - self.last_ran.get(str(jid), r - 1) - 1
 
@@ -205,14 +237,18 @@ class ShockwavePolicy(Policy):
                 wjobs.append(make_window_job(j.job_id, j.num_gpus, w * j.num_gpus, P, E, d_future,
                                              e["remaining"], W, D, cfg.log_bases, offset))
         k = cfg.k if cfg.k_norm is None else cfg.k_norm / (max(len(wjobs), 1) * W * D)
-        # finishing jobs (every epoch reported, still running: evaluation, final checkpoint) are planned to
-        # completion from the first round, oldest first while their gangs fit in one round
+        # jobs that run now, pinned to the first rounds of the window while their gangs fit together: finishing
+        # jobs (every epoch reported, still running), oldest first; then the critical path; then every other job
+        # by its fair-finish deadline (earliest first).  The market plans what is left of the window.
         forced, used = set(), 0
-        for wj in sorted((wj for wj in wjobs if est[wj.job_id]["finishing"]),
-                         key=lambda wj: (-(view.now - arrival_of[wj.job_id]), str(wj.job_id))):
-            if used + wj.gpus <= G:
+        finishing = sorted((wj.job_id for wj in wjobs if est[wj.job_id]["finishing"]),
+                           key=lambda i: (-(view.now - arrival_of[i]), str(i)))
+        by_id = {wj.job_id: wj for wj in wjobs}
+        for jid in finishing + self._priority_order(view, est, r, meta):
+            wj = by_id.get(jid)
+            if wj is not None and jid not in forced and used + wj.gpus <= G:
                 wj.min_rounds = wj.nmax
-                forced.add(wj.job_id)
+                forced.add(jid)
                 used += wj.gpus
         problem = WindowProblem(wjobs, G, W, D, k)
         try:
@@ -233,12 +269,10 @@ class ShockwavePolicy(Policy):
             return meta[i]["log_weight"] - math.log(max(counts[i], 1))
         order = sorted(counts, key=lambda i: (i not in forced, counts[i] < W, -prio(i), -gpus[i],
                                               est[i]["remaining"], str(i)))
-        rounds, short = pack_rounds(order, gpus, counts, G, W)
+        rounds, short = pack_rounds(order, gpus, counts, G, W, pinned=forced)
         if short:
             log.info("shockwave: round %d packing left %d job-rounds unplaced (backfilled)", r, sum(short.values()))
-        by_rem = sorted((j.job_id for j in view.jobs if 0 < j.num_gpus <= G),
-                        key=lambda i: (-est[i]["remaining"], str(i)))
-        rounds = backfill(rounds, by_rem, gpus, G)
+        rounds = backfill(rounds, [i for i in self._priority_order(view, est, r, meta) if 0 < gpus[i] <= G], gpus, G)
         self.plan = {r + t: ids for t, ids in enumerate(rounds)}
         for jid, m in meta.items():
             m["rounds_planned"] = int(counts.get(jid, 0))
@@ -281,9 +315,10 @@ class ShockwavePolicy(Policy):
             if j is not None and used + j.num_gpus <= G:
                 run.append(jid)
                 used += j.num_gpus
-        # GPUs freed by jobs that left since the plan was made: longest remaining first
+        # GPUs freed by jobs that left since the plan was made: in the policy's priority order
         present = set(run)
-        rest = [jid for jid in sorted(jobs, key=lambda i: (-est[i]["remaining"], str(i))) if jid not in present]
+        fresh = {jid: {} for jid in jobs}
+        rest = [jid for jid in self._priority_order(view, est, r, fresh) if jid not in present]
         for jid in rest:
             g = jobs[jid].num_gpus
             if 0 < g <= G - used:
@@ -303,6 +338,7 @@ class ShockwavePolicy(Policy):
         for jid, j in jobs.items():
             m = dict(self.plan_meta.get(jid, {}))
             m["predicted_remaining_s"] = est[jid]["remaining"]
+            m.update(fresh.get(jid, {}))
             m["next_planned_round_offset"] = 0 if jid in chosen else first.get(jid)
             m.setdefault("rounds_planned", 0)
             m["waited_rounds"] = self._waited(jid, r) if jid not in chosen else 0

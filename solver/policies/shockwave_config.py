@@ -45,6 +45,9 @@ class ShockwaveConfig(BaseModel):
     rhomax: float = Field(1.0, gt=0.0, le=100.0)
     reopt_rounds: int = Field(8, ge=1, le=1000)
     starvation_rounds: PosInt | None = Field(None, le=100000)
+    # critical path: a job with (1 + critical_margin) x predicted remaining >= the online makespan bound runs in
+    # every round of the window (docs/makespan-gap.md); the margin is bench/probe_deadline.py's, never tuned
+    critical_margin: float = Field(0.15, ge=0.0, le=10.0)
     solver: Literal["highs", "gurobi"] = "highs"
     solver_timeout: float = Field(15.0, gt=0.0, le=86400.0)
     solver_rel_gap: float = Field(1e-3, ge=0.0, le=1.0)
