@@ -4,6 +4,7 @@
     nice -n 10 .venv/bin/python bench/study.py run --policies max_min_fairness allox ...   # a subset
     .venv/bin/python bench/study.py report                          # docs/results.md from what has finished
     nice -n 10 .venv/bin/python bench/study.py sweep --set k=1e-3,lambda=12 --set k=1e-4,lambda=25
+    nice -n 10 .venv/bin/python bench/study.py heldout             # the held-out traces, Shockwave + baselines
 
 Each run writes docs/study/<trace>/<policy>.json (Shockwave: shockwave-<config hash>.json) as soon as it ends,
 and an existing file is not re-run, so an interrupted study resumes where it stopped.  Shockwave always runs
@@ -89,6 +90,11 @@ BUNDLED = [TraceSpec("bundled120j_32g", 32, 120, bundled="tacc_32gpus"),
 SWEEP = [_g(100, 32, 101, 40), _g(160, 48, 102, 25), _g(240, 64, 103, 20, gpu_mix=(0.4, 0.3, 0.2, 0.1)),
          _g(400, 128, 104, 10)]
 ALL = STUDY + BUNDLED
+# held out: generated after the configuration and the policy were chosen (issue 12), with harsher or other
+# parameters than the study (load up to 9 jobs per GPU, 8-GPU clusters, all GNS, a uniform 1/2/4/8-GPU mix)
+HELDOUT = [_g(300, 32, 301, 10), _g(200, 64, 302, 60), _g(400, 64, 303, 15, gpu_mix=(0.25, 0.25, 0.25, 0.25)),
+           _g(150, 16, 304, 30, mode_mix=(1 / 3, 1 / 3, 1 / 3)), _g(600, 128, 305, 5), _g(100, 8, 306, 100),
+           _g(120, 32, 307, 1), _g(300, 48, 308, 30, mode_mix=(1.0, 0.0, 0.0))]
 
 
 def config_hash(cfg: ShockwaveConfig) -> str:
@@ -184,24 +190,31 @@ def main(argv=None):
     s.add_argument("--set", action="append", required=True, help="k=1e-3,lambda=12 (JSON values)")
     s.add_argument("--traces", nargs="+", default=None)
     s.add_argument("--baselines", action="store_true", help="also run the baselines on the sweep traces")
+    h = sub.add_parser("heldout", help="Shockwave and the baselines on the held-out traces (resumable)")
+    h.add_argument("--traces", nargs="+", default=None)
     sub.add_parser("report", help="write docs/results.md from the finished runs")
     sub.add_parser("list", help="list the traces")
     args = ap.parse_args(argv)
     tmpdir = Path(tempfile.gettempdir()) / f"shockwave-study-{os.getuid()}"
     tmpdir.mkdir(exist_ok=True)
     if args.cmd == "list":
-        for spec in ALL + SWEEP:
+        for spec in ALL + SWEEP + HELDOUT:
             print(spec.name, spec.gpus, spec.describe())
         return
     if args.cmd == "report":
         from study_report import write_report
-        print(f"wrote {write_report(ALL, SWEEP, OUT, run_key)}")
+        print(f"wrote {write_report(ALL, SWEEP, OUT, run_key, HELDOUT)}")
         return
     if args.cmd == "run":
         cfg = ShockwaveConfig.from_file(args.config) if args.config else ShockwaveConfig()
         specs = sorted(_select(args.traces, ALL), key=lambda s: (s.jobs, s.gpus))
         runs = [(spec, pol, cfg) for pol in args.policies for spec in specs]
         out_dir = OUT
+    elif args.cmd == "heldout":
+        specs = sorted(_select(args.traces, HELDOUT), key=lambda s: (s.jobs, s.gpus))
+        runs = [(spec, pol, ShockwaveConfig() if pol == "shockwave" else None)
+                for pol in ["shockwave", *BASELINES] for spec in specs]
+        out_dir = OUT / "heldout"
     else:
         specs = _select(args.traces, SWEEP)
         cfgs = [_parse_set(t) for t in args.set]

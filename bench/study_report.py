@@ -37,26 +37,9 @@ def _mark(ok):
     return "n/a" if ok is None else ("yes" if ok else "**no**")
 
 
-def write_report(specs, sweep_specs, out: Path, run_key) -> Path:
-    cfg = ShockwaveConfig()
-    sw_key = run_key("shockwave", cfg)
-    lines = ["# Results: one Shockwave configuration on generated and bundled workloads", "",
-             f"Made by `nice -n 10 .venv/bin/python bench/study.py run` then `bench/study.py report` "
-             f"({platform.machine()}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}); "
-             f"per-run JSON in `docs/study/<trace>/<policy>.json`.", "",
-             "Shockwave runs with the built-in configuration `ShockwaveConfig()` (the default of "
-             "`shockwave simulate` and of the controller), the same on every trace:", "",
-             "```json", json.dumps(cfg.to_dict(), sort_keys=True), "```", "",
-             "Metrics as the reference defines them: makespan from the first arrival; average JCT; "
-             "rho = JCT / (exclusive time x max(1, jobs / GPUs)); unfair = % of jobs with rho > 1.05.  "
-             "**LB** is the physical lower bound of the makespan (`slurm_shockwave/metrics.py`): "
-             "max( max over t of t + GPU-seconds arriving at or after t / GPUs,  max over jobs of arrival + "
-             "exclusive time ), each job's work = its exclusive time (under its profiled batch-size schedule, or "
-             "the simulator's if shorter) x its GPUs.", "",
-             "Generated traces: `shockwave trace generate` (the reference generator's semantics, which "
-             "reproduces the bundled traces byte for byte with their parameters), TACC throughputs.", "",
-             "## Targets per trace (Shockwave)", "",
-             "| trace | jobs / GPUs | makespan/LB | avg JCT s | worst rho | unfair % | best baseline unfair % | "
+def _targets_table(specs, out: Path, sw_key: str, run_key) -> tuple[list[str], dict, list]:
+    """The per-trace targets table: (lines, targets met {target: [met, judged]}, [(spec, shockwave, baselines)])."""
+    lines = ["| trace | jobs / GPUs | makespan/LB | avg JCT s | worst rho | unfair % | best baseline unfair % | "
              "best baseline makespan/LB | best baseline JCT s | " + " | ".join(TARGETS) + " |",
              "|---|---|---|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
     per_trace, met = [], {t: [0, 0] for t in TARGETS}
@@ -86,17 +69,11 @@ def write_report(specs, sweep_specs, out: Path, run_key) -> Path:
             lines.append(f"| {spec.name} | {spec.jobs} / {spec.gpus} | *Shockwave run not finished* | | | | "
                          f"{best_txt} |" + " |" * len(TARGETS))
         per_trace.append((spec, sw, base))
-    lines += ["", "Targets met: " + "; ".join(f"{t}: {a}/{n}" for t, (a, n) in met.items()) + ".", ""]
-    sw120 = _load(out, "bundled120j_32g", sw_key)
-    if sw120:
-        r = REFERENCE_120
-        lines += ["120-job trace against the reference's shipped Shockwave result (lower is better):", "",
-                  "| | makespan s | avg JCT s | worst rho | unfair % |", "|---|---|---|---|---|",
-                  f"| reference | {r['makespan']:,} | {r['avg_jct']:,} | {r['worst_rho']} | {r['unfair_fraction']} |",
-                  f"| ours | {sw120['makespan']:,.0f} | {sw120['avg_jct']:,.0f} | {sw120['worst_rho']:.3f} | "
-                  f"{sw120['unfair_fraction']:.2f} |",
-                  "| at least as good | " + " | ".join(_mark(sw120[k] <= r[k] + 1e-9) for k in r) + " |", ""]
-    lines += ["## Per trace", ""]
+    return lines, met, per_trace
+
+
+def _per_trace(per_trace) -> list[str]:
+    lines = []
     for spec, sw, base in per_trace:
         lines += [f"### {spec.name}: {spec.describe()}, {spec.gpus} GPUs", "",
                   "| policy | makespan s | makespan/LB | avg JCT s | worst rho | unfair % | util | wall s |",
@@ -106,7 +83,54 @@ def write_report(specs, sweep_specs, out: Path, run_key) -> Path:
             lines.append(_row(LABEL[p], base[p]) if base[p] else f"| {LABEL[p]} | *not run* | | | | | | |")
         lb = (sw or next((b for b in base.values() if b), None) or {}).get("lower_bound")
         lines += ["", f"LB = {lb:,.0f} s." if lb else "", ""]
+    return lines
+
+
+def _met_line(met: dict) -> str:
+    return "Targets met: " + "; ".join(f"{t}: {a}/{n}" for t, (a, n) in met.items()) + "."
+
+
+def write_report(specs, sweep_specs, out: Path, run_key, heldout=()) -> Path:
+    cfg = ShockwaveConfig()
+    sw_key = run_key("shockwave", cfg)
+    lines = ["# Results: one Shockwave configuration on generated and bundled workloads", "",
+             f"Made by `nice -n 10 .venv/bin/python bench/study.py run` then `bench/study.py report` "
+             f"({platform.machine()}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}); "
+             f"per-run JSON in `docs/study/<trace>/<policy>.json`.", "",
+             "Shockwave runs with the built-in configuration `ShockwaveConfig()` (the default of "
+             "`shockwave simulate` and of the controller), the same on every trace:", "",
+             "```json", json.dumps(cfg.to_dict(), sort_keys=True), "```", "",
+             "Metrics as the reference defines them: makespan from the first arrival; average JCT; "
+             "rho = JCT / (exclusive time x max(1, jobs / GPUs)); unfair = % of jobs with rho > 1.05.  "
+             "**LB** is the physical lower bound of the makespan (`slurm_shockwave/metrics.py`): "
+             "max( max over t of t + GPU-seconds arriving at or after t / GPUs,  max over jobs of arrival + "
+             "exclusive time ), each job's work = its exclusive time (under its profiled batch-size schedule, or "
+             "the simulator's if shorter) x its GPUs.", "",
+             "Generated traces: `shockwave trace generate` (the reference generator's semantics, which "
+             "reproduces the bundled traces byte for byte with their parameters), TACC throughputs.", "",
+             "## Targets per trace (Shockwave)", ""]
+    table, met, per_trace = _targets_table(specs, out, sw_key, run_key)
+    lines += table
+    lines += ["", _met_line(met), ""]
+    sw120 = _load(out, "bundled120j_32g", sw_key)
+    if sw120:
+        r = REFERENCE_120
+        lines += ["120-job trace against the reference's shipped Shockwave result (lower is better):", "",
+                  "| | makespan s | avg JCT s | worst rho | unfair % |", "|---|---|---|---|---|",
+                  f"| reference | {r['makespan']:,} | {r['avg_jct']:,} | {r['worst_rho']} | {r['unfair_fraction']} |",
+                  f"| ours | {sw120['makespan']:,.0f} | {sw120['avg_jct']:,.0f} | {sw120['worst_rho']:.3f} | "
+                  f"{sw120['unfair_fraction']:.2f} |",
+                  "| at least as good | " + " | ".join(_mark(sw120[k] <= r[k] + 1e-9) for k in r) + " |", ""]
+    lines += ["## Per trace", ""] + _per_trace(per_trace)
     lines += _sweep(sweep_specs, out / "sweep")
+    if heldout:
+        table, met, per_trace = _targets_table(heldout, out / "heldout", sw_key, run_key)
+        if any(sw for _, sw, _ in per_trace):
+            lines += ["## Held-out generated traces", "",
+                      "Generated after the configuration and the policy were chosen, with parameters the study does "
+                      "not use (`bench/study.py heldout`): up to 9.4 jobs per GPU, an 8-GPU cluster, all-GNS jobs, a "
+                      "uniform 1/2/4/8-GPU mix.  Same configuration, same targets.", ""] + table + [
+                      "", _met_line(met), ""] + _per_trace(per_trace)
     notes = ROOT / "docs" / "results_notes.md"
     if notes.exists():
         lines += ["", notes.read_text()]

@@ -244,7 +244,8 @@ class ShockwavePolicy(Policy):
         finishing = sorted((wj.job_id for wj in wjobs if est[wj.job_id]["finishing"]),
                            key=lambda i: (-(view.now - arrival_of[i]), str(i)))
         by_id = {wj.job_id: wj for wj in wjobs}
-        for jid in finishing + self._priority_order(view, est, r, meta):
+        priority = self._priority_order(view, est, r, meta)
+        for jid in finishing + priority:
             wj = by_id.get(jid)
             if wj is not None and jid not in forced and used + wj.gpus <= G:
                 wj.min_rounds = wj.nmax
@@ -272,7 +273,7 @@ class ShockwavePolicy(Policy):
         rounds, short = pack_rounds(order, gpus, counts, G, W, pinned=forced)
         if short:
             log.info("shockwave: round %d packing left %d job-rounds unplaced (backfilled)", r, sum(short.values()))
-        rounds = backfill(rounds, [i for i in self._priority_order(view, est, r, meta) if 0 < gpus[i] <= G], gpus, G)
+        rounds = backfill(rounds, priority, gpus, G)
         self.plan = {r + t: ids for t, ids in enumerate(rounds)}
         for jid, m in meta.items():
             m["rounds_planned"] = int(counts.get(jid, 0))
