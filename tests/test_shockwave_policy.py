@@ -1,6 +1,7 @@
 import json
 import logging
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,16 @@ def test_config_from_toml(tmp_path):
     p.write_text('k = "a"\n')
     with pytest.raises(ValueError, match="'k'"):
         ShockwaveConfig.from_file(p)
+
+
+def test_declaring_a_huge_job_cannot_buy_the_cluster_through_the_critical_path():
+    # mallory declares 10^6 epochs for each of her 4 jobs: all four are on the critical path, but it takes at
+    # most her equal share (2 of 4 GPUs with two users); alice's jobs, due much earlier, get the other two
+    jobs = ([replace(mkjob(f"m{i}", total=10 ** 6), user="mallory") for i in range(4)]
+            + [replace(mkjob(f"a{i}", total=10), user="alice") for i in range(4)])
+    d = ShockwavePolicy().decide(view(jobs, r=0, G=4))
+    assert sorted(i[0] for i in d.run) == ["a", "a", "m", "m"]
+    assert sum(bool(d.info["jobs"][f"m{i}"]["critical_path"]) for i in range(4)) == 2
+    # one user alone: the critical path is not capped
+    d = ShockwavePolicy().decide(view([replace(j, user="alice") for j in jobs], r=0, G=4))
+    assert sorted(d.run) == ["m0", "m1", "m2", "m3"]

@@ -31,7 +31,8 @@ Where this departs from the reference (issue 12), each for a reason that does no
   finished just at their fair-share target (many at rho 1.0-1.05).  Before the market is solved, the jobs that
   run now are fixed (pinned to the first rounds of the window, as many as fit in one round): finishing jobs;
   then the critical path (a job with (1 + ``critical_margin``) x its predicted remaining time >= the online
-  makespan bound max(sum_i rem_i g_i / G, max_i rem_i)), longest first; then every other job by its
+  makespan bound max(sum_i rem_i g_i / G, max_i rem_i)), longest first, at most a user's equal share of the
+  GPUs (remaining times rest on declared epochs: a hostile user cannot buy the cluster); then every other job by its
   fair-finish deadline arrival + F-bar (Shockwave's own target), earliest first.  The market plans the rest
   of the window (the rounds after pinned jobs finish, GPUs a gang leaves), in-window order by Smith's rule
   (w_i / n_i descending); idle GPUs and GPUs freed mid-window go in the same priority order.  A job runs to
@@ -161,7 +162,18 @@ class ShockwavePolicy(Policy):
         for j in jobs:
             fb = self.fairshare.fbar(j.job_id, r)
             due[j.job_id] = fb - (view.now - j.arrival_time) if fb is not None else math.inf
-        crit = {i for i in rem if rem[i] * margin >= bound}
+        # a job's remaining time comes partly from what its owner declares (epochs): the critical path takes at
+        # most a user's equal share of the GPUs (G / users with jobs; a user's first critical job always counts),
+        # so declaring a huge job cannot buy a whole cluster
+        share = G / max(len({j.user for j in jobs}), 1)
+        gpus = {j.job_id: j.num_gpus for j in jobs}
+        user = {j.job_id: j.user for j in jobs}
+        crit, taken = set(), {}
+        for i in sorted((i for i in rem if rem[i] * margin >= bound), key=lambda i: (-rem[i], str(i))):
+            t = taken.get(user[i], 0)
+            if t == 0 or t + gpus[i] <= share:
+                crit.add(i)
+                taken[user[i]] = t + gpus[i]
         if meta is not None:
             for i in rem:
                 if i in meta:
