@@ -146,11 +146,12 @@ class ShockwavePolicy(Policy):
                              "done": done_duration_from_summary(summ, pred.durations)}
         return est
 
-    def _priority_order(self, view: ClusterView, est: dict, r: int, meta: dict | None = None) -> list:
+    def _priority_order(self, view: ClusterView, est: dict, r: int, info: dict) -> list:
         """Who runs first: the critical path, longest predicted remaining first (a job with (1 + margin) x its
         remaining time >= the online makespan bound max(sum_i rem_i g_i / G, max_i rem_i) sets the makespan if
         it waits), then every other job by its fair-finish deadline (arrival + F-bar, earliest first; jobs
-        without a target last).  Times are relative to now and to each job's arrival only."""
+        without a target last).  Times are relative to now and to each job's arrival only.  ``info`` (job ->
+        dict) gets each job's ``critical_path`` and ``fair_finish_in_s`` for status/explain."""
         G = int(view.num_gpus)
         jobs = [j for j in view.jobs if 0 < j.num_gpus <= G]
         if not jobs:
@@ -174,11 +175,9 @@ class ShockwavePolicy(Policy):
             if t == 0 or t + gpus[i] <= share:
                 crit.add(i)
                 taken[user[i]] = t + gpus[i]
-        if meta is not None:
-            for i in rem:
-                if i in meta:
-                    meta[i]["critical_path"] = i in crit
-                    meta[i]["fair_finish_in_s"] = due[i] if math.isfinite(due[i]) else None
+        for i in rem:
+            info.setdefault(i, {}).update(critical_path=i in crit,
+                                          fair_finish_in_s=due[i] if math.isfinite(due[i]) else None)
         return sorted(rem, key=lambda i: (i not in crit, -rem[i] if i in crit else due[i], str(i)))
 
     def _waited(self, jid, r: int) -> int:
@@ -217,10 +216,13 @@ class ShockwavePolicy(Policy):
             self.plan, self.plan_meta = {}, {}
             return RoundDecision((), {"path": "idle", "jobs": {}, "solve_time_s": 0.0})
         path, solve_time = "cached", 0.0
+        # who runs first this round: computed once, used by the solve (pinning, backfill) and by the round's fill
+        fresh: dict = {}
+        priority = self._priority_order(view, est, r, fresh)
         if need:
             t0 = time.perf_counter()
             try:
-                self._solve(view, est, share)
+                self._solve(view, est, share, priority, fresh)
                 path = "solved"
             except Exception as exc:
                 log.warning("shockwave: window solve failed in round %d (%s)", r, exc)
@@ -228,9 +230,9 @@ class ShockwavePolicy(Policy):
             solve_time = time.perf_counter() - t0
         if path == "fallback":
             return self._fallback(view, est, path, solve_time)
-        return self._from_plan(view, est, path, solve_time)
+        return self._from_plan(view, est, path, solve_time, priority, fresh)
 
-    def _solve(self, view: ClusterView, est: dict, share: float) -> None:
+    def _solve(self, view: ClusterView, est: dict, share: float, priority: list, fresh: dict) -> None:
         cfg = self.config
         r, G, D, W = int(view.round_index), int(view.num_gpus), float(view.round_length), cfg.future_rounds
         wjobs, meta = [], {}
@@ -241,7 +243,7 @@ class ShockwavePolicy(Policy):
             rho = rho_hat(view.now - j.arrival_time, e["remaining"], share, fb)
             lw, w = priority_weight(rho, e["remaining"], D, cfg.rhomax, cfg.lambda_, j.weight)
             meta[j.job_id] = {"predicted_remaining_s": e["remaining"], "rho_hat": rho, "weight": w,
-                              "log_weight": lw, "fair_finish_after_arrival_s": fb}
+                              "log_weight": lw, "fair_finish_after_arrival_s": fb, **fresh.get(j.job_id, {})}
             if 0 < j.num_gpus <= G:
                 E, P = e["epochs"], e["progress"]
                 d_future = e["remaining"] / max(E - P, 1e-9)    # predicted regimes' mean epoch duration
@@ -256,7 +258,6 @@ class ShockwavePolicy(Policy):
         finishing = sorted((wj.job_id for wj in wjobs if est[wj.job_id]["finishing"]),
                            key=lambda i: (-(view.now - arrival_of[i]), str(i)))
         by_id = {wj.job_id: wj for wj in wjobs}
-        priority = self._priority_order(view, est, r, meta)
         for jid in finishing + priority:
             wj = by_id.get(jid)
             if wj is not None and jid not in forced and used + wj.gpus <= G:
@@ -319,7 +320,8 @@ class ShockwavePolicy(Policy):
                 used += g
         return out, overdue
 
-    def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
+    def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float, priority: list,
+                   fresh: dict) -> RoundDecision:
         r, G = int(view.round_index), int(view.num_gpus)
         jobs = {j.job_id: j for j in view.jobs}
         run, used = [], 0
@@ -330,8 +332,7 @@ class ShockwavePolicy(Policy):
                 used += j.num_gpus
         # GPUs freed by jobs that left since the plan was made: in the policy's priority order
         present = set(run)
-        fresh = {jid: {} for jid in jobs}
-        rest = [jid for jid in self._priority_order(view, est, r, fresh) if jid not in present]
+        rest = [jid for jid in priority if jid not in present]
         for jid in rest:
             g = jobs[jid].num_gpus
             if 0 < g <= G - used:
