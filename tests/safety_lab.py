@@ -122,6 +122,27 @@ class Lab:
             self.proc.wait(10)
             return None
 
+    def strike(self, points, window: float, tries: int = 1) -> list[str]:
+        """Start one controller per kill point ("TOKEN:N:before|after", tests/safety_ctl.py), up to ``tries``
+        times each, until the workload has finished; a process that does not reach its point within
+        ``window`` seconds is stopped cleanly.  Returns the points that struck (the process died of SIGKILL)."""
+        struck = []
+        for token, n, when in points:
+            spec = f"{token}:{n}:{when}"
+            for _ in range(tries):
+                if self.all_finished():
+                    return struck
+                proc = self.start(spec)
+                try:
+                    proc.wait(window)
+                except subprocess.TimeoutExpired:   # not reached in its window: stop it cleanly, try again
+                    self.stop()
+                    continue
+                if proc.returncode == -9:
+                    struck.append(spec)
+                    break
+        return struck
+
     # ------------------------------------------------------------------ slurmctld outage
     def stop_slurmctld(self) -> None:
         state = self.c._read_state()

@@ -64,18 +64,7 @@ def test_kill_9_at_20_points(cluster):
         lab.start()                                   # a first clean controller gets the workload going
         wait_job_progress(lab)
         lab.stop()
-        for token, n, when in KILL_POINTS:
-            if lab.all_finished():
-                break
-            spec = f"{token}:{n}:{when}"
-            proc = lab.start(spec)
-            try:
-                proc.wait(WINDOW)
-            except Exception:  # noqa: BLE001 - not reached in its window: stop it cleanly, go on
-                lab.stop()
-                continue
-            if proc.returncode == -9:
-                struck.append(spec)
+        struck = lab.strike(KILL_POINTS, WINDOW)
         lab.start()                                   # the last one runs the workload to its end
         wait_for(lab.all_finished, timeout=400, interval=1, what="every job completed")
         assert lab.stop() == 0

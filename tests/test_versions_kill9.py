@@ -103,20 +103,7 @@ def test_kill_9_preemption_round_trip(cluster_and_root):
         lab.start()                                   # a first clean controller gets the workload going
         wait_job_progress(lab, timeout=90)
         lab.stop()
-        for token, n, when in KILL_POINTS:
-            spec = f"{token}:{n}:{when}"
-            for _ in range(TRIES):
-                if lab.all_finished():
-                    break
-                proc = lab.start(spec)
-                try:
-                    proc.wait(WINDOW)
-                except Exception:  # noqa: BLE001 - not reached in its window: stop it cleanly, try again
-                    lab.stop()
-                    continue
-                if proc.returncode == -9:
-                    struck.append(spec)
-                    break
+        struck = lab.strike(KILL_POINTS, WINDOW, tries=TRIES)
         lab.start()                                   # the last one runs the workload to its end
         wait_for(lab.all_finished, timeout=300, interval=1, what="every job completed")
         assert lab.stop() == 0
