@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from controller_round import append_doc, controller, submit_jobs, timed_round  # noqa: E402
 
 from slurm_shockwave.localcluster import LocalCluster  # noqa: E402
-from slurm_shockwave.slurmcli import parse_squeue_json  # noqa: E402
+from slurm_shockwave.slurm import parse_squeue_json  # noqa: E402
 
 
 def one_version(version: str, args) -> dict:

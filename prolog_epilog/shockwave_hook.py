@@ -166,11 +166,11 @@ def count_gpus(env):
 
 
 def load_is_marked():
-    """THE marker rule, `is_marked` of slurm_shockwave/hints.py (standard library only), loaded
+    """THE marker rule, `is_marked` of slurm_shockwave/slurm/hints.py (standard library only), loaded
     from ``shockwave_hints.py`` next to this file (install copies it there) or from the source checkout;
     trusted like the config file (a regular file owned by root/us, not writable by group/others)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "shockwave_hints.py"), os.path.join(here, "..", "slurm_shockwave", "hints.py")):
+    for path in (os.path.join(here, "shockwave_hints.py"), os.path.join(here, "..", "slurm_shockwave", "slurm", "hints.py")):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:

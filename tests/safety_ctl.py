@@ -22,7 +22,8 @@ import sys
 
 from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import load_config
-from slurm_shockwave.controller.daemon import Controller, make_cli
+from slurm_shockwave.controller.daemon import Controller
+from slurm_shockwave.slurm import SlurmCLI
 
 
 class Rotate(Policy):
@@ -121,7 +122,7 @@ def killing_runner(spec: str | None, log_path: str | None):
 def main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_config(argv[0])
-    cli = make_cli(cfg)
+    cli = SlurmCLI.from_config(cfg)
     cli.runner = killing_runner(argv[1] if len(argv) > 1 and argv[1] != "none" else None,
                                 os.environ.get("SAFETY_CALL_LOG"))
     ctl = Controller(cfg, cli=cli)

@@ -37,7 +37,7 @@ import pytest
 
 from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
 from slurm_shockwave.localcluster.chroot import DEFAULT_ROOTS_DIR, SUITES, ChrootRoot, host_version
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm import SlurmCLI
 
 JOB_USER = "swjobuser"
 #: a job name with shell metacharacters, quotes, unicode and a backslash (no newline)
@@ -264,7 +264,7 @@ def record(out: Path, version: str | None = None) -> None:
 
 
 def write_known_fields(data_dir: Path, target: Path) -> None:
-    """Regenerate slurmcli/known_fields.py: every job/node field of every recorded version."""
+    """Regenerate slurm/known_fields.py: every job/node field of every recorded version."""
     import json
     jobs: set[str] = set()
     nodes: set[str] = set()

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from slurm_shockwave.cli.main import cli
 from slurm_shockwave.controller.config import ConfigError, config_from_dict, load_config
-from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.journal.store import StateStore
 
 NAN, INF = float("nan"), float("inf")
 

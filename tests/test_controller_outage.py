@@ -7,7 +7,7 @@ from pathlib import Path
 
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm import SlurmCLI
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -52,7 +52,7 @@ def test_outage_backs_off_then_recovers(tmp_path):
 
 
 def test_gpus_of_unmanaged_running_jobs_are_not_planned(tmp_path):
-    from slurm_shockwave.slurmcli import parse_sinfo_json, parse_squeue_json
+    from slurm_shockwave.slurm import parse_sinfo_json, parse_squeue_json
     jobs = parse_squeue_json((DATA / "squeue_mixed.json").read_text())
     nodes = parse_sinfo_json((DATA / "sinfo_busy.json").read_text())
     cfg = config_from_dict({"controller": {"round_seconds": 0.2, "state_dir": str(tmp_path / "state"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.journal.store import StateStore
 from tests.slurm_fixtures import cluster_up, make_root, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -147,6 +148,21 @@ def test_advisory_holds_deferred_and_never_preempts(cluster):
         cancel(cluster, [a, b, c_, user_held])
 
 
+def rounds_recorded(db) -> int:
+    """Rounds the controller has recorded so far; 0 while the file or its tables are still being created (the
+    controller creates the file first and its schema right after: a reader in between sees no tables)."""
+    try:
+        store = StateStore(db, readonly=True)
+    except (FileNotFoundError, PermissionError, sqlite3.Error):
+        return 0
+    try:
+        return store.next_round()
+    except sqlite3.Error:
+        return 0
+    finally:
+        store.close()
+
+
 def test_kill_9_mid_round_then_restart(cluster):
     """A real controller process (Shockwave policy, authoritative) is killed -9 and restarted."""
     root = make_root("shockwave-ctl-k-")
@@ -164,7 +180,7 @@ def test_kill_9_mid_round_then_restart(cluster):
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         db = root / "state" / "state.sqlite"
-        wait_for(lambda: db.exists() and StateStore(db, readonly=True).next_round() >= 2, timeout=30,
+        wait_for(lambda: rounds_recorded(db) >= 2, timeout=30,
                  what="two controller rounds")
         time.sleep(0.9)                            # inside a 2 s round
         proc.send_signal(signal.SIGKILL)

@@ -1,9 +1,9 @@
 """The enactment reconcile: only differences, batched, idempotent, requeue at most once; holds are owned
-through the AdminComment mark (controller/ownership.py), never through Slurm's hold reason."""
+through the AdminComment mark (slurm/ownership.py), never through Slurm's hold reason."""
 import pytest
 
-from slurm_shockwave.controller.enact import MAX_REASON_REWRITE_JOBS, MAX_REASON_REWRITES, Enactor, Observed, reconcile
-from slurm_shockwave.controller.ownership import format_mark, marked, parse_mark, unmarked
+from slurm_shockwave.slurm.enact import MAX_REASON_REWRITE_JOBS, MAX_REASON_REWRITES, Enactor, Observed, reconcile
+from slurm_shockwave.slurm.ownership import format_mark, marked, parse_mark, unmarked
 
 HIGH = 1000
 HELD = format_mark("held", "deferred")
@@ -200,7 +200,7 @@ def test_a_job_held_while_running_is_released_with_its_mark():
 
 
 def test_enactment_stops_at_the_first_call_slurmctld_does_not_answer():
-    from slurm_shockwave.slurmcli import SlurmTimeout
+    from slurm_shockwave.slurm import SlurmTimeout
 
     class Down(FakeCLI):
         def __getattr__(self, name):
@@ -219,9 +219,9 @@ def test_enactment_stops_at_the_first_call_slurmctld_does_not_answer():
 def test_a_requeued_job_is_released_no_sooner_than_the_restart_gap():
     """Slurm 24.11 kills a restart in the same second as its requeue (the job ends FAILED): the backend waits
     until RESTART_GAP_SECONDS after it first saw the requeued job PENDING before a release."""
-    from slurm_shockwave.backends.slurm import SlurmBackend
-    from slurm_shockwave.controller.enact import Action
-    from slurm_shockwave.slurmcli.cli import RESTART_GAP_SECONDS
+    from slurm_shockwave.slurm.backend import SlurmBackend
+    from slurm_shockwave.slurm.enact import Action
+    from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS
 
     b = SlurmBackend.__new__(SlurmBackend)
     slept = []

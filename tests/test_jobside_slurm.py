@@ -66,7 +66,7 @@ class Site:
         os.chmod(self.work, 0o1777)
         for name in ("shockwave-hook.sh", "shockwave_hook.py"):
             shutil.copy2(REPO / "prolog_epilog" / name, self.hooks / name)
-        shutil.copy2(REPO / "slurm_shockwave" / "hints.py", self.hooks / "shockwave_hints.py")
+        shutil.copy2(REPO / "slurm_shockwave" / "slurm" / "hints.py", self.hooks / "shockwave_hints.py")
         (self.hooks / "shockwave-hook.conf").write_text(
             f"SHOCKWAVE_STORE={self.store}\nSHOCKWAVE_HOOK_LOG={self.hooks / 'hook.log'}\n")
         (self.work / "train.py").write_text(TRAIN)

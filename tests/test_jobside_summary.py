@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.events import EventReader, EventWriter, ProgressState, summarize, validate
 from slurm_shockwave.events.schema import make_record
 from slurm_shockwave.events.store import (FileRejected, check_store, ensure_job_dir, job_event_path,

@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 import pytest
 
 from solver.types import ClusterView, JobView, Policy, RoundDecision
-from slurm_shockwave.backends import jobview
+from slurm_shockwave.slurm import jobview
 from slurm_shockwave.cli.statusview import fmt_eta
 from slurm_shockwave.controller.loop import RoundLoop, fallback_decision
 from slurm_shockwave.controller.reasons import annotate
-from slurm_shockwave.controller.state import StateStore
+from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.events.summary import JobProgress
 
 
@@ -158,7 +158,7 @@ def test_fallback_is_the_shockwave_policys_rule():
 
 def _snapshot_state(tmp_path):
     """A state with one round snapshot, as SlurmBackend.record_plan writes it."""
-    from slurm_shockwave.backends.jobview import snapshot
+    from slurm_shockwave.slurm.jobview import snapshot
     st = StateStore(tmp_path / "state.sqlite")
     st.begin_round(4, 1_700_000_000.0)
     jobs = [_jv(1, ran=True), _jv(2), _jv(3)]

@@ -10,8 +10,8 @@ import pytest
 
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from slurm_shockwave.hints import HintError, is_marked, parse_hints
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm.hints import HintError, is_marked, parse_hints
+from slurm_shockwave.slurm import SlurmCLI
 
 DATA = Path(__file__).parent / "data" / "slurm"
 HOOK = Path(__file__).resolve().parents[1] / "prolog_epilog" / "shockwave_hook.py"

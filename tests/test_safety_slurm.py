@@ -22,8 +22,8 @@ import pytest
 from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from slurm_shockwave.controller.uninstall import ControllerRunning, uninstall
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm.uninstall import ControllerRunning, uninstall
+from slurm_shockwave.slurm import SlurmCLI
 from tests.slurm_fixtures import cluster_up, make_root, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -16,8 +16,8 @@ import pytest
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.controller.metrics_server import ControllerMetrics
-from slurm_shockwave.controller.state import StateStore
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.journal.store import StateStore
+from slurm_shockwave.slurm import SlurmCLI
 from tests.slurm_fixtures import wait_for
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.controller.metrics_server import ControllerMetrics
 from slurm_shockwave.events.reader import EventReader
 from slurm_shockwave.events.writer import EventWriter
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm import SlurmCLI
 from tests.slurm_fixtures import wait_for
 from tests.test_controller_outage import FlakySlurm
 

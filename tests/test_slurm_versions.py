@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurm_shockwave.localcluster.chroot import host_version
-from slurm_shockwave.slurmcli import SlurmCLI
+from slurm_shockwave.slurm import SlurmCLI
 from tests.slurm_fixtures import ODD_COMMENT, job_state, settle_after_requeue, version_test_versions, wait_for
 
 pytestmark = pytest.mark.slurm

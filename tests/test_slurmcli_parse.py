@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_shockwave.slurmcli import (SlurmCLI, SlurmError, SlurmTimeout, filter_jobs,
+from slurm_shockwave.slurm import (SlurmCLI, SlurmError, SlurmTimeout, filter_jobs,
                                       parse_gpu_count, parse_sbatch_parsable, parse_sinfo_json,
                                       parse_sprio_site, parse_squeue_json)
 from tests.slurm_fixtures import ODD_COMMENT, ODD_NAME
@@ -174,7 +174,7 @@ def test_unreadable_record_yields_job_with_problem(version):
 
 @per_version
 def test_unknown_field_and_version_warn_once_but_parse(version, caplog):
-    from slurm_shockwave.slurmcli import shapes
+    from slurm_shockwave.slurm import shapes
     shapes._warned.clear()
     data = json.loads(load(version, "squeue_mixed.json"))
     for job in data["jobs"]:
@@ -198,12 +198,12 @@ def test_unknown_field_and_version_warn_once_but_parse(version, caplog):
     (["SIGNALING", "RUNNING"], "RUNNING", ("SIGNALING",)),
 ])
 def test_job_state_shapes(value, state, flags):
-    from slurm_shockwave.slurmcli.shapes import job_state_of
+    from slurm_shockwave.slurm.shapes import job_state_of
     assert job_state_of(value) == (state, flags)
 
 
 def test_number_shapes():
-    from slurm_shockwave.slurmcli.shapes import JobRecord
+    from slurm_shockwave.slurm.shapes import JobRecord
     base = {"job_id": 5, "job_state": ["PENDING"]}
     rec = JobRecord.model_validate({**base, "priority": {"set": True, "infinite": False, "number": 7},
                                     "time_limit": {"set": False, "infinite": True, "number": 0},

@@ -40,8 +40,7 @@ class Lab:
         (self.store / "users").mkdir(mode=0o755)
         for name in ("shockwave-hook.sh", "shockwave_hook.py"):
             shutil.copy2(REPO / "prolog_epilog" / name, self.hooks / name)
-        shutil.copy2(REPO / "slurm_shockwave" / "hints.py", self.hooks / "shockwave_hints.py")
-        shutil.copy2(REPO / "slurm_shockwave" / "hints.py", self.hooks / "shockwave_hints.py")  # the marker rule
+        shutil.copy2(REPO / "slurm_shockwave" / "slurm" / "hints.py", self.hooks / "shockwave_hints.py")
         (self.hooks / "shockwave-hook.conf").write_text(
             f"SHOCKWAVE_STORE={self.store}\nSHOCKWAVE_HOOK_LOG={self.hooks / 'hook.log'}\n")
         hook = self.hooks / "shockwave-hook.sh"

@@ -1,4 +1,5 @@
-"""Cluster backends behind one small contract: observe, apply, advance."""
-from .base import ClusterBackend, JobRecord
+"""Cluster backends behind one small contract: observe, apply, advance (and, as a service, the rest of
+`ServiceBackend`); found by name through the ``slurm_shockwave.backends`` entry points."""
+from .base import BackendUnavailable, ClusterBackend, JobRecord, ServiceBackend, backend_class, backend_names
 
-__all__ = ["ClusterBackend", "JobRecord"]
+__all__ = ["BackendUnavailable", "ClusterBackend", "JobRecord", "ServiceBackend", "backend_class", "backend_names"]

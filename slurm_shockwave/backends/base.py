@@ -1,16 +1,35 @@
-"""The contract every cluster backend fulfils; the round loop drives it and nothing else.
+"""The contract every cluster backend fulfils; the round loop and the controller daemon drive it and nothing else.
 
-observe() -> ClusterView   the policy's plain-data view at the start of a round
-apply(decision)            enact the round's decision (simulated: dispatch; Slurm: hold/release/requeue)
-advance()                  let the round happen (simulated: advance virtual time; Slurm: wait)
-done() -> bool             no job left to schedule (simulated) / stop requested (Slurm)
+The round loop (controller/loop.py) needs four methods:
+
+    observe() -> ClusterView   the policy's plain-data view at the start of a round
+    apply(decision)            enact the round's decision (simulated: dispatch; Slurm: hold/release/requeue)
+    advance()                  let the round happen (simulated: advance virtual time; Slurm: wait)
+    done() -> bool             no job left to schedule (simulated) / stop requested (a service)
+
+A backend the controller daemon runs as a service (controller/daemon.py) also implements the `ServiceBackend`
+methods: built from the controller config (`from_config`), stopped by a signal (`stop`), reconfigured on SIGHUP
+(`reconfigure`), checked by `shockwave controller check` (`check`), undone by `shockwave controller uninstall`
+(`uninstall`).  A backend that cannot reach its cluster raises `BackendUnavailable` (the daemon backs off and
+retries; it never acts on a failed read).
+
+Backends are found by name in the entry-point group ``slurm_shockwave.backends`` (setup.cfg), as submitit finds
+its executors: a new backend is one subpackage plus one entry point.  `backend_class(name)`.
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 from solver.types import ClusterView, RoundDecision
+
+ENTRY_POINT_GROUP = "slurm_shockwave.backends"
+
+
+class BackendUnavailable(RuntimeError):
+    """The cluster cannot be read or driven right now (its controller is down, a command timed out).
+    `str()` is one line; the daemon retries with back-off and never acts on a partial read."""
 
 
 @dataclass
@@ -46,6 +65,65 @@ class ClusterBackend(abc.ABC):
 
     @abc.abstractmethod
     def done(self) -> bool: ...
+
+    def round_context(self) -> dict:
+        """What the round's journal record keeps beside the views and the decision (per-job details the policy
+        does not see, the cluster's unmanaged load...), for status and explain.  JSON-safe."""
+        return {}
+
+
+class ServiceBackend(ClusterBackend):
+    """A backend the controller daemon runs (see the module docstring)."""
+
+    round_index: int = 0
+    label: str = "cluster"       # how logs name the cluster ("Slurm unavailable ...")
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, cfg, journal, reader, metrics=None, clock=None) -> "ServiceBackend":
+        """The backend of a validated controller config, journalling into `journal` (a journal.StateStore)."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """End the current wait (advance) and make done() true: called from a signal handler."""
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to `seconds`, ending early on stop()."""
+
+    def reconfigure(self, cfg) -> None:
+        """Apply a reloaded config (SIGHUP) at the next round."""
+
+    def startup_warnings(self) -> list[str]:
+        """Problems of the cluster's configuration worth a warning at start (never fatal)."""
+        return []
+
+    def health_warnings(self) -> list[str]:
+        """Problems worth a warning now and then while running (no usable capacity...)."""
+        return []
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        """`shockwave controller check`: the cluster side of a config, one line per problem."""
+        return []
+
+    @classmethod
+    def uninstall(cls, cfg) -> dict:
+        """`shockwave controller uninstall`: undo what the controller did to the cluster, from the cluster's
+        own records.  Returns what was done (JSON-safe)."""
+        return {}
+
+
+def backend_names() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def backend_class(name: str) -> type[ServiceBackend]:
+    """The backend class registered under `name` in the ``slurm_shockwave.backends`` entry points."""
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        known = ", ".join(backend_names()) or "none: reinstall the package (pip install -e .)"
+        raise ValueError(f"unknown backend {name!r} (known: {known})")
+    return found[0].load()
 
 
 def check_decision(view: ClusterView, decision: RoundDecision) -> list:

@@ -1,4 +1,4 @@
-"""`shockwave controller run|check|uninstall`: the Slurm controller daemon.
+"""`shockwave controller run|check|uninstall`: the controller daemon (on Slurm by default).
 
 Exit status: 0 done; 1 the controller cannot run (state directory, state database, metrics port, another
 instance, Slurm/world problems found by `check`); 2 the config file is invalid (systemd's unit does not
@@ -41,7 +41,7 @@ def _config(path, dry_run=False, as_json=False):
 
 @click.group()
 def controller():
-    """Run the Shockwave controller against a Slurm cluster."""
+    """Run the Shockwave controller against a cluster (Slurm by default)."""
 
 
 def _setup_logging(log_json: bool) -> None:
@@ -62,10 +62,13 @@ def _setup_logging(log_json: bool) -> None:
               help="Stop after this many rounds (default: run until SIGTERM).")
 @click.option("--log-json", is_flag=True, help="Structured (JSON lines) logs on stderr.")
 def run(config_path, dry_run, max_rounds, log_json):
-    """Run the round loop: read Slurm, solve the market, enact it; until SIGTERM (SIGHUP reloads the config)."""
-    from ..controller.daemon import AlreadyRunning, Controller
-    from ..controller.faults import StartupError, metrics_error, state_db_error
+    """Run the round loop: read the cluster, decide the round, enact it; until SIGTERM (SIGHUP reloads the config)."""
+    from ..controller.daemon import Controller
+    from ..journal.lock import AlreadyRunning
+    from ..controller.faults import metrics_error
     from ..controller.metrics_server import ControllerMetrics
+    from ..errors import StartupError
+    from ..journal import state_db_error
     cfg = _config(config_path, dry_run)
     _setup_logging(log_json)
     metrics = ControllerMetrics()
@@ -80,7 +83,7 @@ def run(config_path, dry_run, max_rounds, log_json):
             except OSError as e:
                 raise RunError(str(metrics_error(cfg.metrics_address, cfg.metrics_port, e))) from None
         ctl.install_signal_handlers()
-        ctl.warn_about_slurm_conf()
+        ctl.warn_at_start()
         log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy,
                  cfg.round_seconds, cfg.partition, " (dry run)" if cfg.dry_run else "")
         try:
@@ -119,12 +122,12 @@ def check(config_path, as_json, syntax_only):
 @click.option("--json", "as_json", is_flag=True)
 def uninstall(config_path, as_json):
     """Release the jobs the controller holds and reset the SiteFactors it set."""
-    from ..controller.uninstall import ControllerRunning, uninstall as do_uninstall
-    from ..slurmcli import SlurmError
+    from ..backends.base import BackendUnavailable, backend_class
+    from ..journal.lock import ControllerRunning
     cfg = _config(config_path)
     try:
-        done = do_uninstall(cfg)
-    except (SlurmError, OSError, ControllerRunning) as e:
+        done = backend_class(cfg.backend).uninstall(cfg)
+    except (BackendUnavailable, OSError, ControllerRunning) as e:
         raise OneLineError(str(e).splitlines()[0]) from None
     if as_json:
         emit_json(done)

@@ -29,7 +29,7 @@ def _state_dir(config_path, state_dir):
 
 
 def _open(cfg):
-    from ..controller.state import StateStore
+    from ..journal import StateStore
     try:
         return StateStore(cfg.state_path, readonly=True)
     except FileNotFoundError as e:

@@ -79,7 +79,7 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                          "reason": f"quarantined (left to Slurm, untouched): {v.get('quarantined') or '?'}",
                          "warnings": []}
         elif job["finished"] is not None and (jid in rows or include_finished):
-            from ..backends.jobview import final_reason
+            from ..slurm.jobview import final_reason
             rows[jid] = {**rows.get(jid, {"gpus": job["gpus"], "user": job["user"], "account": job["account"],
                                          "batch_size": v.get("batch_size"), "predicted_remaining_s": None,
                                          "rho_hat": None, "warnings": []}),
@@ -148,7 +148,7 @@ def explain_job(store, job_id: str) -> dict | None:
     if d.get("jobview") and not row.get("finished"):
         from solver.predictor import predict_remaining
 
-        from ..backends.jobview import view_from_dict
+        from ..slurm.jobview import view_from_dict
         pred = predict_remaining(view_from_dict(d))
         posterior = {"regimes": {str(k): x for k, x in pred.regimes.items()},
                      "alpha": {str(k): x for k, x in (pred.posterior_alpha or {}).items()}}

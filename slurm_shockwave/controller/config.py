@@ -51,7 +51,7 @@ MANAGED_BY = ("comment", "partition")
 #: signals that would kill or freeze a job instead of asking it to checkpoint
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
 #: keys whose change needs a restart (SIGHUP keeps the running value and says so)
-RESTART_ONLY = ("state_dir", "event_store", "metrics_port", "metrics_address")
+RESTART_ONLY = ("backend", "state_dir", "event_store", "metrics_port", "metrics_address")
 
 
 class ConfigError(ValueError):
@@ -74,6 +74,7 @@ def _text(value: str, what: str = "must not be empty") -> str:
 
 
 class ControllerSection(_Strict):
+    backend: str = Field("slurm", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
     round_seconds: float = Field(120.0, gt=0, le=86400)
     mode: Literal["advisory", "authoritative"] = "advisory"
     partition: str = Field("gpu", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
@@ -155,6 +156,7 @@ _SECTIONS = {"controller": ControllerSection, "policy": PolicySection, "weights"
 # ---------------------------------------------------------------------- what the rest of the code uses
 @dataclass
 class ControllerConfig:
+    backend: str = "slurm"                   # the cluster backend (entry point of slurm_shockwave.backends)
     round_seconds: float = 120.0
     mode: str = "advisory"
     partition: str = "gpu"

@@ -1,8 +1,8 @@
-"""`shockwave controller run`: the round loop on the Slurm backend, as a service.
+"""`shockwave controller run`: the round loop on a cluster backend (Slurm by default), as a service.
 
 Single instance (an flock'ed lock file in the state directory); SIGTERM/SIGINT finish the current round
 and exit cleanly; SIGHUP reloads the config file at the next round boundary if it is valid (else the
-running config is kept and the problems are logged); slurmctld down or slow: log, back off (doubling up
+running config is kept and the problems are logged); the cluster's controller down or slow: log, back off (doubling up
 to a round), retry, never act on a partial read; every round and every action is journalled in SQLite
 first, so kill -9 at any point and a restart resume without losing or repeating an action.  When the
 state cannot be written (disk full, read-only remount) nothing is enacted: the round is retried with
@@ -10,7 +10,6 @@ back-off until writes succeed again, and the controller resumes by itself.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -21,20 +20,17 @@ from pathlib import Path
 
 from solver.policies import make_policy
 
-from ..backends.slurm import SlurmBackend
-from ..slurmcli import SlurmCLI, SlurmError
+from ..backends.base import BackendUnavailable, backend_class
+from ..errors import StartupError
+from ..journal import StateStore, check_state_db, lock, state_db_error, storage_problem
+from ..journal.lock import AlreadyRunning
 from .config import RESTART_ONLY, ConfigError, load_config
-from .faults import StartupError, check_state_db, state_db_error, state_dir_error, storage_problem
+from .faults import state_dir_error
 from .loop import RoundLoop
-from .state import StateStore
 
 log = logging.getLogger("slurm_shockwave.controller")
 #: a partition with no nodes / no GPUs / no usable node is warned about at the first round and every N rounds
 PARTITION_WARN_EVERY = 10
-
-
-class AlreadyRunning(RuntimeError):
-    pass
 
 
 class JsonFormatter(logging.Formatter):
@@ -46,13 +42,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(d)
 
 
-def make_cli(cfg) -> SlurmCLI:
-    """The Slurm CLI of a config: its env, timeout and bin_dir (a site's own Slurm install, or a root's)."""
-    return SlurmCLI(env=cfg.slurm_env, timeout=cfg.slurm_timeout, bin_dir=getattr(cfg, "slurm_bin_dir", None))
-
-
 class Controller:
-    def __init__(self, cfg, cli=None, reader=None, metrics=None, clock=time.time, force_dry_run: bool = False):
+    def __init__(self, cfg, reader=None, metrics=None, clock=time.time, force_dry_run: bool = False,
+                 **backend_options):
+        """`backend_options` go to the backend's `from_config` (e.g. a Slurm backend's `cli`)."""
         self.cfg = cfg
         self.force_dry_run = force_dry_run or False
         if self.force_dry_run:
@@ -60,7 +53,7 @@ class Controller:
         state_dir = Path(cfg.state_dir)
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = self._lock(state_dir / "controller.lock")
+            self._lock_fd = lock.acquire(state_dir)
         except AlreadyRunning:
             raise
         except OSError as e:
@@ -78,7 +71,6 @@ class Controller:
         except OSError as e:
             os.close(self._lock_fd)
             raise state_dir_error(state_dir, e) from None
-        self.cli = cli or make_cli(cfg)
         if reader is None:
             from ..events.reader import EventReader
             reader = EventReader(cfg.event_store)
@@ -91,7 +83,8 @@ class Controller:
                 self.policy.load_state_dict(saved)
             except Exception:  # noqa: BLE001 - a stale state must not stop the controller
                 log.warning("could not restore the policy state; starting it fresh")
-        self.backend = SlurmBackend(self.cli, cfg, self.state, reader, metrics, clock)
+        self.backend = backend_class(cfg.backend).from_config(cfg, self.state, reader, metrics, clock,
+                                                              **backend_options)
         self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal_decision, on_round=self._after)
         self._reload_requested = False
         self._storage_down_since: float | None = None
@@ -104,27 +97,10 @@ class Controller:
             metrics.enacting.set(0 if cfg.dry_run else 1)
 
     # ------------------------------------------------------------------ lifecycle
-    @staticmethod
-    def _lock(path: Path) -> int:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise AlreadyRunning(f"another controller holds {path} (pid {other})") from None
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
-
     def install_signal_handlers(self) -> None:
         def stop(signum, _frame):
             log.info("signal %s: finishing the round, then exiting", signal.Signals(signum).name)
-            self.backend.stop_event.set()
+            self.backend.stop()
 
         def hup(_signum, _frame):
             log.info("SIGHUP: reloading %s at the next round boundary", self.cfg.source)
@@ -150,8 +126,8 @@ class Controller:
             try:
                 self.state.begin_round(r, time.time())
                 self.loop.run_round()
-            except SlurmError as e:
-                self._slurm_down(r, e, backoff)
+            except BackendUnavailable as e:
+                self._backend_down(r, e, backoff)
             except (sqlite3.Error, OSError) as e:
                 why = storage_problem(e)
                 if why is None:
@@ -161,12 +137,12 @@ class Controller:
                 backoff = 1.0
                 done += 1
                 continue
-            self.backend.stop_event.wait(backoff)
+            self.backend.wait(backoff)
             backoff = min(backoff * 2, self.cfg.round_seconds)
         return done
 
     # ------------------------------------------------------------------ faults
-    def _slurm_down(self, r: int, e: SlurmError, backoff: float) -> None:
+    def _backend_down(self, r: int, e: BackendUnavailable, backoff: float) -> None:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         self._try_write(lambda: self.state.finish_round(r, "slurm_error"))   # retried under the same number
         outage = self._try_read(lambda: self.state.get("slurm_outage", {"count": 0})) or {"count": 0}
@@ -176,7 +152,7 @@ class Controller:
             self.metrics.slurm_failures.inc()
             self.metrics.rounds.labels("slurm_error").inc()
             self.metrics.up.set(0)
-        log.warning("round %d: Slurm unavailable (%s); retrying in %.1f s", r, first, backoff)
+        log.warning("round %d: %s unavailable (%s); retrying in %.1f s", r, self.backend.label, first, backoff)
 
     def _storage_down(self, r: int, why: str, backoff: float) -> None:
         try:
@@ -230,13 +206,7 @@ class Controller:
         kept = [k for k in RESTART_ONLY if getattr(new, k) != getattr(self.cfg, k)]
         old_policy = (self.cfg.policy, self.cfg.policy_config)
         changed = self.cfg.update_from(new, keep=RESTART_ONLY)
-        self.backend.round_length = float(self.cfg.round_seconds)
-        if hasattr(self.backend, "enactor"):
-            self.backend.enactor.dry_run = self.cfg.dry_run
-        self.cli.timeout = self.cfg.slurm_timeout
-        self.cli.env = dict(self.cfg.slurm_env)
-        if hasattr(self.cli, "bin_dir"):
-            self.cli.bin_dir = self.cfg.slurm_bin_dir
+        self.backend.reconfigure(self.cfg)
         if (self.cfg.policy, self.cfg.policy_config) != old_policy:
             self.policy = make_policy(self.cfg.policy, self.cfg.policy_config or None)
             self.loop.policy = self.policy
@@ -310,34 +280,14 @@ class Controller:
             self._check_partition()
         self._rounds_done += 1
 
-    def warn_about_slurm_conf(self) -> list[str]:
-        """At start: log (not fail on) slurm.conf settings the controller needs (`controller check` lists them)."""
-        from .preflight import check_slurm_conf, parse_show_config
-        try:
-            text = self.cli.run(["scontrol", "show", "config"]).stdout
-        except SlurmError:
-            return []                           # Slurm down: the round loop reports and retries
-        problems = check_slurm_conf(parse_show_config(text), self.cfg.mode)
+    def warn_at_start(self) -> list[str]:
+        """At start: log (not fail on) cluster settings the controller needs (`controller check` lists them)."""
+        problems = self.backend.startup_warnings()
         for p in problems:
             log.warning("%s", p)
         return problems
 
     def _check_partition(self) -> None:
-        """Warn (not silence) when the managed partition has no nodes, no GPUs or no usable node."""
-        try:
-            nodes = self.cli.sinfo_nodes()
-        except SlurmError:
-            return
-        part = self.cfg.partition
-        mine = [n for n in nodes if part in n.partitions]
-        if not mine:
-            log.warning("partition %r has no nodes (or does not exist): nothing will be planned; check "
-                        "controller.partition and slurm.conf (`shockwave controller check`)", part)
-        elif not sum(n.gpus for n in mine):
-            log.warning("partition %r has %d node(s) but no GPUs (gres gpu): nothing will be planned; check Gres= "
-                        "and GresTypes=gpu in slurm.conf", part, len(mine))
-        elif not any(n.available for n in mine):
-            log.warning("partition %r: all %d node(s) are down or drained: nothing will be planned", part, len(mine))
-
-
-from .uninstall import uninstall  # noqa: E402,F401  (moved to controller/uninstall.py; kept importable here)
+        """Warn (not silence) when the backend has no usable capacity (no nodes, no GPUs, all down)."""
+        for w in self.backend.health_warnings():
+            log.warning("%s", w)

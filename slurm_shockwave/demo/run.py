@@ -14,7 +14,7 @@ from pathlib import Path
 from ..events.reader import EventReader
 from ..events.summary import summarize
 from ..localcluster import LocalCluster, SlurmUnavailable
-from ..slurmcli import FINISHED_STATES
+from ..slurm import FINISHED_STATES
 from . import summary as S
 from .workload import default_workload
 
@@ -209,7 +209,7 @@ class Demo:
 
     def _show_status(self, jobs: dict):
         from ..cli.status import status_rows
-        from ..controller.state import StateStore
+        from ..journal import StateStore
         if self.label != "shockwave":
             names = {j: dj.name for dj, j in self.submitted}
             self.out("--- squeue: " + ", ".join(f"{names[j]} {s.state.lower()}" for j, s in sorted(jobs.items())))

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..slurmcli import SlurmCLI, SlurmError
+from ..slurm import SlurmCLI, SlurmError
 from . import daemons as d
 from .chroot import DEFAULT_ROOTS_DIR, ChrootRoot, RootError, host_version, major_minor
 from .config import ClusterSettings, Paths, pick_free_ports, untraversable_ancestors, write_config

@@ -111,6 +111,11 @@ class SlurmCLI:
         #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
         self.runner = runner or subprocess.run
 
+    @classmethod
+    def from_config(cls, cfg) -> "SlurmCLI":
+        """The Slurm CLI of a controller config: its ``[slurm] env``, ``bin_dir`` and ``slurm_timeout``."""
+        return cls(env=cfg.slurm_env, timeout=cfg.slurm_timeout, bin_dir=cfg.slurm_bin_dir)
+
     # ------------------------------------------------------------------ running commands
     def full_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, **self.env, **(extra or {})}

@@ -31,7 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 
 from .known_fields import KNOWN_JOB_FIELDS, KNOWN_NODE_FIELDS
 
-log = logging.getLogger("slurm_shockwave.slurmcli")
+log = logging.getLogger("slurm_shockwave.slurm")
 
 #: data parsers / OpenAPI plugins whose shapes are known (22.05 .. 26.05)
 KNOWN_PARSERS = frozenset({"v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43",

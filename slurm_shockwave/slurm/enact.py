@@ -11,7 +11,7 @@ authoritative: additionally a running job that lost its round is signalled (its 
 A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
 running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).
 
-Ownership of holds (controller/ownership.py): a job is marked in its AdminComment before the controller
+Ownership of holds (slurm/ownership.py): a job is marked in its AdminComment before the controller
 holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
 (never a user's or an admin's own hold, whatever Slurm's hold reason says), re-holds a marked job left with
 the user hold of ``requeuehold`` (a crash between ``requeuehold`` and ``hold``), and releases and unmarks a
@@ -133,7 +133,7 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
 
 def _unreachable(exc: Exception) -> bool:
     """Did this call fail because slurmctld did not answer (rather than because of the job)?"""
-    from ..slurmcli import SlurmTimeout
+    from .errors import SlurmTimeout
     text = str(exc).lower()
     return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or \
         "connection refused" in text

@@ -19,6 +19,8 @@ import os
 
 from solver.types import JobView
 
+from .models import FINISHED_STATES, in_partition
+
 #: confidence of each source of epoch durations
 SOURCES = {"events": "high", "hint": "medium", "history": "medium", "time_limit": "low", "default": "low"}
 
@@ -121,10 +123,6 @@ def _runs(history) -> list:
     return [[b, sum(1 for _ in g)] for b, g in itertools.groupby(history)]
 
 
-def in_partition(job, partition: str | None) -> bool:
-    return not partition or partition in (job.partition or "").split(",")
-
-
 def unmanaged(jobs, managed_ids: set, partition: str | None, now: float) -> dict:
     """Jobs of the partition the controller does not manage: running ones hold GPUs until about their time
     limit; pending ones wait in Slurm's own order (priority, then submit time)."""
@@ -163,7 +161,6 @@ def snapshot(view, decision, fallback: bool, metas: dict, extra: dict) -> dict:
 
 def ended_managed(jobs, is_managed, state) -> list:
     """Managed jobs the state still counts as active that Slurm now lists as finished (their final state)."""
-    from ..slurmcli import FINISHED_STATES
     active = {r["job_id"] for r in state.jobs()}
     return [(j, m) for j in jobs if j.state in FINISHED_STATES and str(j.job_id) in active
             for m in [is_managed(j)] if m is not None]

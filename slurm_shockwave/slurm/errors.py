@@ -4,6 +4,8 @@ from __future__ import annotations
 import shlex
 from typing import Sequence
 
+from ..backends.base import BackendUnavailable
+
 
 def one_line(text: str, limit: int = 500) -> str:
     """Collapse ``text`` to one line (`` | `` between lines), cut to ``limit`` characters."""
@@ -11,7 +13,7 @@ def one_line(text: str, limit: int = 500) -> str:
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
-class SlurmError(RuntimeError):
+class SlurmError(BackendUnavailable):
     """A Slurm command failed or returned output that cannot be trusted.
 
     ``str(exc)`` is one line holding the command and its stderr. Attributes: ``cmd`` (argument

@@ -1,6 +1,6 @@
 """THE marker rule and the strict hint validator for `--comment="shockwave epochs=30 bs=32 ..."`.
 
-One rule, shared by the controller (backends/slurm.py) and the prolog/epilog hook
+One rule, shared by the controller (slurm/backend.py) and the prolog/epilog hook
 (prolog_epilog/shockwave_hook.py, which loads this file by path: the module-level code is standard
 library only; pydantic is imported when hints are parsed):
 

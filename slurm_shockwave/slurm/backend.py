@@ -3,7 +3,7 @@
 observe(): one `squeue --json` (+ `sprio` for SiteFactors) and one `sinfo --json`; the managed jobs (see
 `is_managed`) become JobViews, completed with what their training wrappers wrote to the event store.
 A failed or partial read raises (SlurmError): the daemon backs off and retries, it never acts on it.
-apply(): the reconcile of controller/enact.py, journalled in the state store.
+apply(): the reconcile of slurm/enact.py, journalled in the state store.
 advance(): sleeps until the next round boundary (interruptible).
 
 Managed jobs are marked by the job templates with `--comment="shockwave key=value ..."`; the optional
@@ -20,16 +20,17 @@ import time
 
 from solver.types import ClusterView, JobView, RoundDecision
 
-from ..controller.enact import Enactor, Observed, reconcile
-from ..controller.ownership import admin_comments, status_of
-from ..hints import HintError, parse_hints
-from ..slurmcli.cli import RESTART_GAP_SECONDS
+from ..backends.base import ServiceBackend
 from ..events.tracker import EventTracker
-from . import jobview
-from .base import ClusterBackend
+from . import jobview, preflight
+from .commands import RESTART_GAP_SECONDS, SlurmCLI
+from .enact import Enactor, Observed, reconcile
+from .errors import SlurmError
+from .hints import HintError, parse_hints
+from .models import ACTIVE_STATES, in_partition
+from .ownership import admin_comments, status_of
 
 log = logging.getLogger("slurm_shockwave.slurm")
-ACTIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
 
 
 def parse_marker(comment: str, marker: str, max_gpus: int | None = None) -> dict | None:
@@ -39,7 +40,14 @@ def parse_marker(comment: str, marker: str, max_gpus: int | None = None) -> dict
     return None if hints is None else hints.as_dict()
 
 
-class SlurmBackend(ClusterBackend):
+class SlurmBackend(ServiceBackend):
+    label = "Slurm"
+
+    @classmethod
+    def from_config(cls, cfg, journal, reader, metrics=None, clock=None, cli=None) -> "SlurmBackend":
+        """`cli`: a SlurmCLI to use instead of the config's (tests inject failures through it)."""
+        return cls(cli or SlurmCLI.from_config(cfg), cfg, journal, reader, metrics, clock or time.time)
+
     def __init__(self, cli, config, state, reader=None, metrics=None, clock=time.time):
         self.cli, self.cfg, self.state, self.reader, self.metrics = cli, config, state, reader, metrics
         self.round_length = float(config.round_seconds)
@@ -75,12 +83,45 @@ class SlurmBackend(ClusterBackend):
     def done(self) -> bool:
         return self.stop_event.is_set()
 
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def wait(self, seconds: float) -> None:
+        self.stop_event.wait(seconds)
+
+    def reconfigure(self, cfg) -> None:
+        self.cfg = cfg
+        self.round_length = float(cfg.round_seconds)
+        self.enactor.dry_run = cfg.dry_run
+        self.cli.timeout = cfg.slurm_timeout
+        self.cli.env = dict(cfg.slurm_env)
+        self.cli.bin_dir = cfg.slurm_bin_dir
+
+    def startup_warnings(self) -> list[str]:
+        try:
+            text = self.cli.run(["scontrol", "show", "config"]).stdout
+        except SlurmError:
+            return []                           # Slurm down: the round loop reports and retries
+        return preflight.check_slurm_conf(preflight.parse_show_config(text), self.cfg.mode)
+
+    def health_warnings(self) -> list[str]:
+        return preflight.partition_warnings(self.cli, self.cfg.partition)
+
+    @classmethod
+    def check(cls, cfg) -> list[str]:
+        return preflight.check_slurm(cfg)
+
+    @classmethod
+    def uninstall(cls, cfg) -> dict:
+        from .uninstall import uninstall
+        return uninstall(cfg)
+
     def is_managed(self, job) -> dict | None:
         """The job's hints if the controller manages it, else None.  Never raises: a job whose data is
         invalid (hints, or a Slurm record read with a `problem`) is not managed and its reason is kept in
         `self._bad` (observe() quarantines it)."""
         try:
-            if job.partition and self.cfg.partition and self.cfg.partition not in str(job.partition).split(","):
+            if not in_partition(job, self.cfg.partition):
                 return None
             problem = getattr(job, "problem", None)
             try:
@@ -106,7 +147,7 @@ class SlurmBackend(ClusterBackend):
         now = self.clock()
         self._round_started = now
         self._bad = {}
-        self._ac = admin_comments(jobs)      # our ownership marks (controller/ownership.py)
+        self._ac = admin_comments(jobs)      # our ownership marks (slurm/ownership.py)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}
@@ -152,7 +193,7 @@ class SlurmBackend(ClusterBackend):
         self._orphans = [Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count, None, max(j.gpus, 1),
                                   admin_comment=self._ac.get(j.job_id, ""), mark="held")
                          for j in jobs if j.job_id not in self._observed and j.state in ("PENDING", "RUNNING")
-                         and status_of(self._ac.get(j.job_id, "")) == "held" and self._in_partition(j)]
+                         and status_of(self._ac.get(j.job_id, "")) == "held" and in_partition(j, self.cfg.partition)]
         seen = {str(j.job_id) for j, _ in managed} | {str(j) for j in self.quarantined}
         gone = [r["job_id"] for r in self.state.jobs() if r["job_id"] not in seen]
         if gone:
@@ -219,8 +260,8 @@ class SlurmBackend(ClusterBackend):
         waits; never sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
         self.round_index += 1
         deadline = self._round_started + self.round_length
-        poll = float(getattr(self.cfg, "poll_seconds", None) or min(5.0, max(self.round_length / 4, 0.5)))
-        min_gap = float(getattr(self.cfg, "min_round_seconds", None) or min(self.round_length, 5.0))
+        poll = float(self.cfg.poll_seconds or min(5.0, max(self.round_length / 4, 0.5)))
+        min_gap = float(self.cfg.min_round_seconds or min(self.round_length, 5.0))
         ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
         foreign = {r["job_id"] for r in self._unmanaged["running"]}
         waiting = any(ob.state == "PENDING" for ob in self._observed.values())
@@ -245,9 +286,6 @@ class SlurmBackend(ClusterBackend):
                 return
 
     # ------------------------------------------------------------------ internals
-    def _in_partition(self, job) -> bool:
-        return not (job.partition and self.cfg.partition and self.cfg.partition not in str(job.partition).split(","))
-
     def _mark_of(self, job) -> str | None:
         """Is the job's hold ours?  Our AdminComment mark (ownership.py); a hold journalled before marks
         existed counts while the job is still held without a mark."""

@@ -14,6 +14,16 @@ FINISHED_STATES = frozenset({
     "DEADLINE", "OUT_OF_MEMORY",
 })
 
+#: job states of a job that may still run (what the controller plans, polls and uninstall releases)
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                           "SUSPENDED"})
+
+
+def in_partition(job, partition: str | None) -> bool:
+    """THE partition rule: no partition configured, or the job lists it (a job submitted to several partitions
+    lists them comma-separated; a record without a partition counts as in it)."""
+    return not (partition and job.partition and partition not in str(job.partition).split(","))
+
 
 @dataclass(frozen=True)
 class SlurmJob:

@@ -1,0 +1,25 @@
+"""Everything that knows Slurm, behind the backend contract (backends/base.py).
+
+* the command-line layer: validated argument lists in, plain dataclasses out (`commands`, `parse`,
+  `shapes`, `models`, `errors`); reads Slurm 22.05, 24.11 and 26.05 (each output's declared version picks
+  the shapes; see :mod:`.shapes`);
+* the backend (`backend`): the round loop's view of the queue (`jobview`) and the enactment of a decision
+  (`enact`), with the ownership marks that make holds crash-safe (`ownership`);
+* the job-comment marker and hints (`hints`), the Slurm side of `controller check` (`preflight`) and
+  `controller uninstall` (`uninstall`).
+
+>>> cli = SlurmCLI(env={"SLURM_CONF": "/path/slurm.conf"})   # doctest: +SKIP
+>>> [j.job_id for j in cli.squeue_jobs(states=["PENDING"])]  # doctest: +SKIP
+"""
+from .commands import SlurmCLI
+from .errors import SlurmError, SlurmTimeout
+from .models import ACTIVE_STATES, FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode, in_partition
+from .parse import (filter_jobs, parse_gpu_count, parse_nodes_json, parse_sbatch_parsable,
+                    parse_sinfo_json, parse_sprio_site, parse_squeue_json, parse_squeue_meta)
+
+__all__ = [
+    "SlurmCLI", "SlurmError", "SlurmTimeout", "SlurmJob", "SlurmNode",
+    "HELD_REASONS", "FINISHED_STATES", "ACTIVE_STATES", "in_partition",
+    "parse_squeue_json", "parse_sinfo_json", "parse_sprio_site", "parse_sbatch_parsable",
+    "parse_gpu_count", "filter_jobs", "parse_nodes_json", "parse_squeue_meta",
+]

@@ -1,0 +1,111 @@
+"""The Slurm side of `shockwave controller check`, and the warnings the running controller logs: one line per
+problem, each naming what is wrong and what to do.
+
+* `SLURM_CONF` (from [slurm.env] or the environment) names an existing file; Slurm answers
+  (`scontrol show config`);
+* slurm.conf: `PriorityType=priority/multifactor` (SiteFactor), `JobRequeue=1` and, in authoritative
+  mode, the user signal on preemption (`SlurmctldParameters=preempt_send_user_signal` on 22.05,
+  `PreemptParameters=send_user_signal` later);
+* the partition exists, has nodes with gres GPUs, and at least one of them is usable.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .commands import SlurmCLI
+from .errors import SlurmError
+
+#: seconds per Slurm command during the check (a missing slurmctld should not keep `check` waiting long)
+CHECK_TIMEOUT = 15.0
+
+
+def slurm_conf_path(cfg) -> str | None:
+    return cfg.slurm_env.get("SLURM_CONF") or os.environ.get("SLURM_CONF")
+
+
+def check_slurm(cfg, cli=None) -> list[str]:
+    conf = slurm_conf_path(cfg)
+    where = "[slurm.env] SLURM_CONF" if "SLURM_CONF" in cfg.slurm_env else "SLURM_CONF"
+    if conf is not None and not Path(conf).is_file():
+        # scontrol would retry for 60 s on a missing file
+        return [f"{where} = {conf!r}: no such file; point it at the cluster's slurm.conf"]
+    if conf is None and not Path("/etc/slurm/slurm.conf").is_file():
+        return ["SLURM_CONF is not set and /etc/slurm/slurm.conf does not exist: set [slurm.env] SLURM_CONF"]
+    if cli is None:
+        cli = SlurmCLI.from_config(cfg)
+        cli.timeout = min(cfg.slurm_timeout, CHECK_TIMEOUT)
+    try:
+        conf_text = cli.run(["scontrol", "show", "config"]).stdout
+    except SlurmError as e:
+        return [f"Slurm is not reachable ({str(e).splitlines()[0]}): is slurmctld running, and SLURM_CONF right?"]
+    problems = check_slurm_conf(parse_show_config(conf_text), cfg.mode)
+    problems += check_partition(cfg, cli)
+    return problems
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def check_slurm_conf(conf: dict[str, str], mode: str) -> list[str]:
+    problems = []
+    prio = conf.get("PriorityType", "?")
+    if prio != "priority/multifactor":
+        problems.append(f"slurm.conf: PriorityType = {prio}: must be priority/multifactor (the controller steers "
+                        f"jobs through SiteFactor)")
+    requeue = conf.get("JobRequeue", "?")
+    if requeue != "1":
+        problems.append(f"slurm.conf: JobRequeue = {requeue}: set JobRequeue=1 (a preempted job is requeued)")
+    ctld = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
+    preempt = [p.strip() for p in conf.get("PreemptParameters", "").split(",")]
+    if mode == "authoritative" and "preempt_send_user_signal" not in ctld and "send_user_signal" not in preempt:
+        problems.append(f"slurm.conf: SlurmctldParameters = {conf.get('SlurmctldParameters', '(null)')}: "
+                        f"authoritative mode needs the user signal on preemption (22.05: SlurmctldParameters="
+                        f"preempt_send_user_signal; 24.11 and later: PreemptParameters=send_user_signal)")
+    return problems
+
+
+def check_partition(cfg, cli) -> list[str]:
+    part = cfg.partition
+    try:
+        cli.run(["scontrol", "show", "partition", part, "-o"])
+    except SlurmError as e:
+        if "not found" in str(e):
+            return [f"controller.partition = {part!r}: no such partition in Slurm (sinfo -s lists them)"]
+        return [f"controller.partition = {part!r}: cannot be read ({str(e).splitlines()[0]})"]
+    try:
+        nodes = [n for n in cli.sinfo_nodes() if part in n.partitions]
+    except SlurmError as e:
+        return [f"Slurm nodes cannot be read ({str(e).splitlines()[0]})"]
+    if not nodes:
+        return [f"controller.partition = {part!r}: has no nodes"]
+    if not sum(n.gpus for n in nodes):
+        return [f"controller.partition = {part!r}: its {len(nodes)} node(s) have no GPUs (gres gpu); set Gres=gpu:N "
+                f"on the nodes and GresTypes=gpu"]
+    if not any(n.available for n in nodes):
+        return [f"controller.partition = {part!r}: all {len(nodes)} node(s) are down or drained"]
+    return []
+
+
+def partition_warnings(cli, part: str) -> list[str]:
+    """While running: the managed partition has no nodes, no GPUs or no usable node (nothing will be planned)."""
+    try:
+        nodes = cli.sinfo_nodes()
+    except SlurmError:
+        return []
+    mine = [n for n in nodes if part in n.partitions]
+    if not mine:
+        return [f"partition {part!r} has no nodes (or does not exist): nothing will be planned; check "
+                "controller.partition and slurm.conf (`shockwave controller check`)"]
+    if not sum(n.gpus for n in mine):
+        return [f"partition {part!r} has {len(mine)} node(s) but no GPUs (gres gpu): nothing will be planned; "
+                "check Gres= and GresTypes=gpu in slurm.conf"]
+    if not any(n.available for n in mine):
+        return [f"partition {part!r}: all {len(mine)} node(s) are down or drained: nothing will be planned"]
+    return []
