@@ -45,7 +45,7 @@ def controller(c, root: Path, name: str, store: Path, dry_run: bool) -> Controll
                                            "partition": c.partition, "state_dir": str(root / f"state-{name}"),
                                            "event_store": str(store)},
                             "policy": {"name": "shockwave"}}, "bench")
-    cfg.slurm_env = dict(c.env)
+    cfg.slurm.env = dict(c.env)
     return Controller(cfg)
 
 

@@ -20,15 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from solver.policies import policy_names  # noqa: E402
+from solver.policies import all_policies, policy_class  # noqa: E402
 from solver.policies.shockwave import ShockwaveConfig  # noqa: E402
 from slurm_shockwave.data_files import CONFIGS, REFERENCE_RESULTS, experiment_paths  # noqa: E402
+from slurm_shockwave.policy_settings import from_file as settings_from_file  # noqa: E402
 from slurm_shockwave.simulate import run_simulation  # noqa: E402
 
-REF_NAME = {"max_sum_throughput": "max_sum_throughput_perf"}
-LABEL = {"shockwave": "Shockwave", "shockwave_reference_config": "Shockwave, reference config", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
-         "max_min_fairness": "Gavel", "allox": "AlloX", "max_sum_throughput": "MST", "gandiva_fair": "Gandiva-Fair",
-         "fifo": "FIFO"}
+REFERENCE_CONFIG = "_reference_config"          # the key suffix of the Shockwave row with the reference's config
 
 
 def reference_rows():
@@ -43,7 +41,7 @@ def run_experiment(name, policies, reference_config=False):
     for pol in policies:
         runs.append((pol, pol, ShockwaveConfig() if pol == "shockwave" else None))
         if pol == "shockwave" and reference_config:
-            runs.append(("shockwave_reference_config", pol, ShockwaveConfig.from_file(p["reference_config"])))
+            runs.append((pol + REFERENCE_CONFIG, pol, settings_from_file("shockwave", p["reference_config"])))
     out = {}
     for key, pol, cfg in runs:
         t0 = time.perf_counter()
@@ -65,11 +63,13 @@ def table(name, p, results, ref):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pol, r in results.items():
         m = r.metrics
-        rv = ref.get(REF_NAME.get(pol, pol.replace("_reference_config", ""))) if ref else None
+        cls = policy_class(pol.removesuffix(REFERENCE_CONFIG))
+        label = cls.label + (", reference config" if pol.endswith(REFERENCE_CONFIG) else "")
+        rv = ref.get(cls.reference_name) if ref else None
         refcols = (f"{rv['makespan']:,.0f} | {rv['avg_jct']:,.0f} | {rv['worst_ftf']:.3f} | "
                    f"{rv['unfair_fraction_pct_gt1.05']:.2f} | {m.makespan / rv['makespan'] - 1:+.2%} | "
                    f"{m.avg_jct / rv['avg_jct'] - 1:+.2%}") if rv else "- | - | - | - | - | -"
-        lines.append(f"| {LABEL.get(pol, pol)} (`{pol}`) | {m.makespan:,.0f} | {m.avg_jct:,.0f} | {m.worst_rho:.3f} | "
+        lines.append(f"| {label} (`{pol}`) | {m.makespan:,.0f} | {m.avg_jct:,.0f} | {m.worst_rho:.3f} | "
                      f"{m.unfair_fraction:.2f} | {m.unfair_fraction_1_1:.2f} | {m.utilization:.3f} | {refcols} | "
                      f"{r.wall_seconds:.1f} |")
     return lines
@@ -78,7 +78,8 @@ def table(name, p, results, ref):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experiments", nargs="+", default=["tacc_32gpus"])
-    ap.add_argument("--policies", nargs="+", default=[p for p in policy_names() if p != "fifo"])
+    ap.add_argument("--policies", nargs="+",
+                    default=[c.name for c in all_policies() if c.name == "shockwave" or c.baseline])
     ap.add_argument("--out", default=None, help="also write a markdown table here")
     ap.add_argument("--reference-config", action="store_true",
                     help="add a Shockwave row with the reference's config file for the experiment")

@@ -27,15 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from solver.policies import policy_names  # noqa: E402
+from solver.policies import all_policies  # noqa: E402
 from solver.policies.shockwave import ShockwaveConfig  # noqa: E402
 from slurm_shockwave.data_files import THROUGHPUTS, experiment_paths  # noqa: E402
+from slurm_shockwave.policy_settings import from_file as settings_from_file  # noqa: E402
 from slurm_shockwave.simulate import run_simulation  # noqa: E402
 from slurm_shockwave.workload.generate import GeneratorOptions, generate, trace_text  # noqa: E402
 from slurm_shockwave.workload.throughputs import ThroughputTable  # noqa: E402
 
 OUT = ROOT / "docs" / "study"
-BASELINES = [p for p in policy_names() if p not in ("shockwave", "fifo")]
 REF_MIX = (0.0, 0.5, 0.5)
 REF_GPU_MIX = (0.6, 0.3, 0.09, 0.01)
 
@@ -95,6 +95,11 @@ ALL = STUDY + BUNDLED
 HELDOUT = [_g(300, 32, 301, 10), _g(200, 64, 302, 60), _g(400, 64, 303, 15, gpu_mix=(0.25, 0.25, 0.25, 0.25)),
            _g(150, 16, 304, 30, mode_mix=(1 / 3, 1 / 3, 1 / 3)), _g(600, 128, 305, 5), _g(100, 8, 306, 100),
            _g(120, 32, 307, 1), _g(300, 48, 308, 30, mode_mix=(1.0, 0.0, 0.0))]
+
+
+def baselines() -> list[str]:
+    """The policies shown beside Shockwave: the registry's baselines, in its order."""
+    return [c.name for c in all_policies() if c.baseline]
 
 
 def config_hash(cfg: ShockwaveConfig) -> str:
@@ -182,7 +187,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the study (resumable)")
-    r.add_argument("--policies", nargs="+", default=["shockwave", *BASELINES])
+    r.add_argument("--policies", nargs="+", default=["shockwave", *baselines()])
     r.add_argument("--traces", nargs="+", default=None, help="trace names (default: all, smallest first)")
     r.add_argument("--force", action="store_true")
     r.add_argument("--config", default=None, help="Shockwave config file instead of the built-in one")
@@ -206,21 +211,21 @@ def main(argv=None):
         print(f"wrote {write_report(ALL, SWEEP, OUT, run_key, HELDOUT)}")
         return
     if args.cmd == "run":
-        cfg = ShockwaveConfig.from_file(args.config) if args.config else ShockwaveConfig()
+        cfg = settings_from_file("shockwave", args.config) if args.config else ShockwaveConfig()
         specs = sorted(_select(args.traces, ALL), key=lambda s: (s.jobs, s.gpus))
         runs = [(spec, pol, cfg) for pol in args.policies for spec in specs]
         out_dir = OUT
     elif args.cmd == "heldout":
         specs = sorted(_select(args.traces, HELDOUT), key=lambda s: (s.jobs, s.gpus))
         runs = [(spec, pol, ShockwaveConfig() if pol == "shockwave" else None)
-                for pol in ["shockwave", *BASELINES] for spec in specs]
+                for pol in ["shockwave", *baselines()] for spec in specs]
         out_dir = OUT / "heldout"
     else:
         specs = _select(args.traces, SWEEP)
         cfgs = [_parse_set(t) for t in args.set]
         runs = [(spec, "shockwave", c) for c in cfgs for spec in specs]
         if args.baselines:
-            runs += [(spec, pol, None) for pol in BASELINES for spec in specs]
+            runs += [(spec, pol, None) for pol in baselines() for spec in specs]
         out_dir = OUT / "sweep"
     for spec, pol, cfg in runs:
         row = run_one(spec, pol, cfg, out_dir, tmpdir, force=getattr(args, "force", False))

@@ -6,15 +6,22 @@ import platform
 import time
 from pathlib import Path
 
+from solver.policies import policy_class
 from solver.policies.shockwave import ShockwaveConfig
-from study import BASELINES
+from study import baselines
 
 ROOT = Path(__file__).resolve().parent.parent
-LABEL = {"shockwave": "Shockwave", "min_total_duration": "OSSP", "finish_time_fairness": "Themis",
-         "max_min_fairness": "Gavel", "allox": "AlloX", "max_sum_throughput": "MST", "gandiva_fair": "Gandiva-Fair"}
-# the reference's shipped Shockwave result on the 120-job trace (docs: reference notes 6.2)
+# the reference's shipped Shockwave result on the 120-job trace (docs/reference.md §8.2)
 REFERENCE_120 = {"makespan": 24197, "avg_jct": 9958, "worst_rho": 1.784, "unfair_fraction": 5.0}
 TARGETS = ("unfair <= 5%", "unfair <= best baseline / 3", "makespan <= 1.20 x LB", "worst rho <= 2.0")
+
+
+def _label(policy: str, unknown: str | None = None) -> str:
+    """A policy's display name (the registry's label); `unknown` (default: the name) for a name no policy has."""
+    try:
+        return policy_class(policy).label
+    except ValueError:
+        return policy if unknown is None else unknown
 
 
 def _load(out: Path, trace: str, key: str) -> dict | None:
@@ -43,21 +50,22 @@ def _targets_table(specs, out: Path, sw_key: str, run_key) -> tuple[list[str], d
              "best baseline makespan/LB | best baseline JCT s | " + " | ".join(TARGETS) + " |",
              "|---|---|---|---|---|---|---|---|---|" + "---|" * len(TARGETS)]
     per_trace, met = [], {t: [0, 0] for t in TARGETS}
+    names = baselines()
     for spec in specs:
         sw = _load(out, spec.name, sw_key)
-        base = {p: _load(out, spec.name, run_key(p, None)) for p in BASELINES}
+        base = {p: _load(out, spec.name, run_key(p, None)) for p in names}
         done = {p: r for p, r in base.items() if r}
         best = min(done.items(), key=lambda kv: kv[1]["unfair_fraction"]) if done else None
-        best_txt = f"{best[1]['unfair_fraction']:.2f} ({LABEL[best[0]]})" if best else "not run"
+        best_txt = f"{best[1]['unfair_fraction']:.2f} ({_label(best[0])})" if best else "not run"
         if done:
             bm = min(done.items(), key=lambda kv: kv[1]["makespan_over_lb"])
             bj = min(done.items(), key=lambda kv: kv[1]["avg_jct"])
-            best_txt += (f" | {bm[1]['makespan_over_lb']:.3f} ({LABEL[bm[0]]}) | "
-                         f"{bj[1]['avg_jct']:,.0f} ({LABEL[bj[0]]})")
+            best_txt += (f" | {bm[1]['makespan_over_lb']:.3f} ({_label(bm[0])}) | "
+                         f"{bj[1]['avg_jct']:,.0f} ({_label(bj[0])})")
         else:
             best_txt += " | | "
         if sw:
-            ok = targets(sw, best[1]["unfair_fraction"] if best and len(done) == len(BASELINES) else None)
+            ok = targets(sw, best[1]["unfair_fraction"] if best and len(done) == len(names) else None)
             for t, o in zip(TARGETS, ok):
                 if o is not None:
                     met[t][0] += bool(o)
@@ -79,8 +87,8 @@ def _per_trace(per_trace) -> list[str]:
                   "| policy | makespan s | makespan/LB | avg JCT s | worst rho | unfair % | util | wall s |",
                   "|---|---|---|---|---|---|---|---|"]
         lines.append(_row("**Shockwave**", sw) if sw else "| **Shockwave** | *not finished* | | | | | | |")
-        for p in BASELINES:
-            lines.append(_row(LABEL[p], base[p]) if base[p] else f"| {LABEL[p]} | *not run* | | | | | | |")
+        for p in base:
+            lines.append(_row(_label(p), base[p]) if base[p] else f"| {_label(p)} | *not run* | | | | | | |")
         lb = (sw or next((b for b in base.values() if b), None) or {}).get("lower_bound")
         lines += ["", f"LB = {lb:,.0f} s." if lb else "", ""]
     return lines
@@ -90,7 +98,7 @@ def _met_line(met: dict) -> str:
     return "Targets met: " + "; ".join(f"{t}: {a}/{n}" for t, (a, n) in met.items()) + "."
 
 
-def write_report(specs, sweep_specs, out: Path, run_key, heldout=()) -> Path:
+def write_report(specs, sweep_specs, out: Path, run_key, heldout=(), path: Path = ROOT / "docs" / "results.md") -> Path:
     cfg = ShockwaveConfig()
     sw_key = run_key("shockwave", cfg)
     lines = ["# Results: one Shockwave configuration on generated and bundled workloads", "",
@@ -134,7 +142,6 @@ def write_report(specs, sweep_specs, out: Path, run_key, heldout=()) -> Path:
     notes = ROOT / "docs" / "results_notes.md"
     if notes.exists():
         lines += ["", notes.read_text()]
-    path = ROOT / "docs" / "results.md"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -175,7 +182,7 @@ def _sweep(specs, out: Path) -> list[str]:
         label = ((f"k_norm={c['k_norm']:g}" if c.get("k_norm") is not None else f"k={c['k']:g}") +
                  f", lambda={c['lambda']:g}" + "".join(
             f", {k}={v}" for k, v in sorted(c.items()) if k not in ("k", "k_norm", "lambda") and v != ShockwaveConfig().to_dict().get(k))
-                 if c else LABEL.get(key.rsplit("-", 1)[0], key))
+                 if c else _label(key.rsplit("-", 1)[0], key))
         n = len(rs)
         oks = [o for t, r in by.items() for o in targets(r, best.get(t)) if o is not None]
         lines.append(f"| {label} (`{key}`) | {n} | {sum(oks)}/{len(oks)} | {sum(r['makespan_over_lb'] for r in rs) / n:.3f} | "

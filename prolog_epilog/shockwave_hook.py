@@ -14,7 +14,9 @@ Standard library only, so it runs with the system python3 as root or SlurmUser. 
 through ``shockwave-hook.sh`` (hard timeout, exit status always 0: a failing prolog
 drains the node).  It never follows symlinks and refuses a ``_system`` directory that is
 writable by others.  Settings: environment, else the first KEY=VALUE config file found
-(see README.md).
+(see README.md).  The store's layout, modes and line format are the package's own
+(slurm_shockwave/events/layout.py) and the marker rule too (slurm_shockwave/slurm/hints.py):
+both are loaded by path, from copies next to this file or from the source checkout.
 """
 import json
 import os
@@ -24,11 +26,9 @@ import socket
 import stat
 import sys
 import time
+import types
 
-SCHEMA_VERSION = 1
-MAX_LINE_BYTES = 4096
 TAIL_BYTES = 64 * 1024
-JOB_ID_RE = re.compile(r"[0-9]{1,15}(?:_[0-9]{1,9})?\Z")
 KIND_BY_CONTEXT = {
     "prolog_slurmd": "prolog_start", "prolog_slurmctld": "prolog_start",
     "epilog_slurmd": "epilog_end", "epilog_slurmctld": "epilog_end",
@@ -51,9 +51,7 @@ def load_conf(env):
         except OSError:
             continue
         with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as fh:
-            st = os.fstat(fh.fileno())
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid())
-                    or st.st_mode & 0o022):
+            if not trusted(os.fstat(fh.fileno()), (0, os.geteuid()), stat.S_ISREG):
                 continue  # untrusted config: ignore
             for line in fh.read(65536).splitlines():
                 key, sep, val = line.strip().partition("=")
@@ -84,26 +82,34 @@ def to_int(val, default=None):
         return default
 
 
-def own_dir(d):
-    """Create ``d`` 0755 if missing; None if it is a real directory owned by root/us and writable by nobody
+def trusted(st, owners, is_kind):
+    """A file or directory (its stat) of the expected kind, owned by one of ``owners`` and writable by
+    nobody else.  Stated here, not taken from layout.py: it decides whether layout.py itself is trusted."""
+    return is_kind(st.st_mode) and st.st_uid in owners and not st.st_mode & 0o022
+
+
+def unsafe(d, st):
+    return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
+
+
+def own_dir(d, layout):
+    """Create ``d`` if missing; None if it is a real directory owned by root/us and writable by nobody
     else, else why it is unsafe (one line)."""
     try:
-        os.mkdir(d, 0o755)
+        os.mkdir(d, layout.DIR_MODE)
     except FileExistsError:
         pass
     st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
-    return None
+    return None if trusted(st, (0, os.geteuid()), stat.S_ISDIR) else unsafe(d, st)
 
 
-def system_dir(store):
-    """``<store>/_system``, created 0755 if missing; None if it is unsafe to write there."""
+def system_dir(store, layout):
+    """``<store>/_system``, created if missing; None if it is unsafe to write there."""
     st_root = os.stat(store)  # the store root itself must exist (admin creates it)
     if not stat.S_ISDIR(st_root.st_mode):
         return None
-    d = os.path.join(store, "_system")
-    return None if own_dir(d) else d
+    d = os.path.join(store, layout.SYSTEM_DIR)
+    return None if own_dir(d, layout) else d
 
 
 def read_tail(path):
@@ -128,13 +134,11 @@ def read_tail(path):
     return out
 
 
-def append(path, rec):
+def append(path, rec, layout):
     """One validated-size line, one write(2), O_APPEND, never through a symlink."""
-    data = (json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")
-    if len(data) > MAX_LINE_BYTES:
-        raise ValueError("event line too long")
+    data = layout.encode_line(rec)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                 | os.O_CLOEXEC, 0o644)
+                 | os.O_CLOEXEC, layout.FILE_MODE)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -165,27 +169,38 @@ def count_gpus(env):
     return len([x for x in val.split(",") if x.strip()]) if val else None
 
 
-def load_is_marked():
-    """THE marker rule, `is_marked` of slurm_shockwave/slurm/hints.py (standard library only), loaded
-    from ``shockwave_hints.py`` next to this file (install copies it there) or from the source checkout;
-    trusted like the config file (a regular file owned by root/us, not writable by group/others)."""
+def load_shared(copy_name, *source):
+    """A module of the package the hook shares (standard library only, no import of the package), as a
+    namespace: ``copy_name`` next to this file (install copies it there), else ``slurm_shockwave/<source>``
+    of the source checkout; trusted like the config file (a regular file owned by root/us, not writable by
+    group/others).  None when neither is there and trusted."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "shockwave_hints.py"), os.path.join(here, "..", "slurm_shockwave", "slurm", "hints.py")):
+    for path in (os.path.join(here, copy_name), os.path.join(here, "..", "slurm_shockwave", *source)):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             continue
         with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            if not trusted(os.fstat(fh.fileno()), (0, os.geteuid()), stat.S_ISREG):
                 continue
-            ns = {"__name__": "shockwave_hints"}
+            ns = {"__name__": copy_name[:-len(".py")]}
             exec(compile(fh.read(), path, "exec"), ns)
-            return ns["is_marked"]
+            return types.SimpleNamespace(**ns)
     return None
 
 
-def is_managed(env, conf, store, job_id, sys_file):
+def load_layout():
+    """The event store's layout and line format: slurm_shockwave/events/layout.py."""
+    return load_shared("shockwave_layout.py", "events", "layout.py")
+
+
+def load_is_marked():
+    """THE marker rule, `is_marked` of slurm_shockwave/slurm/hints.py."""
+    hints = load_shared("shockwave_hints.py", "slurm", "hints.py")
+    return hints.is_marked if hints is not None else None
+
+
+def is_managed(env, conf, store, job_id, sys_file, layout=None):
     if conf.get("SHOCKWAVE_HOOK_ALL_JOBS", "0").strip().lower() in ("1", "yes", "true"):
         return True
     marker = conf.get("SHOCKWAVE_MARKER", "shockwave")
@@ -194,11 +209,12 @@ def is_managed(env, conf, store, job_id, sys_file):
         return True
     # slurmctld-side hooks get no comment: the job is known if it already has files
     uid = to_int(env.get("SLURM_JOB_UID"))
-    return os.path.lexists(sys_file) or (uid is not None and uid >= 0 and os.path.isdir(
-        os.path.join(store, "users", str(uid), job_id)))
+    layout = layout or load_layout()
+    return os.path.lexists(sys_file) or (layout is not None and uid is not None and uid >= 0 and os.path.isdir(
+        os.path.join(store, layout.USERS_DIR, str(uid), job_id)))
 
 
-def provision_user_dir(store, env):
+def provision_user_dir(store, env, layout):
     """``<store>/users/<uid>`` owned by the job's user (mode 0755), created by us (root) before the job
     runs: only root creates entries in ``<store>`` and ``users/``, so no user can pre-create a path
     another user's job needs.  Refuses a ``users`` dir not owned by root/us or writable by others, and
@@ -206,28 +222,27 @@ def provision_user_dir(store, env):
     uid, gid = to_int(env.get("SLURM_JOB_UID")), to_int(env.get("SLURM_JOB_GID"))
     if uid is None or uid < 0 or os.geteuid() != 0:
         return None
-    users = os.path.join(store, "users")
-    unsafe = own_dir(users)
-    if unsafe:
-        return unsafe
+    users = os.path.join(store, layout.USERS_DIR)
+    problem = own_dir(users, layout)
+    if problem:
+        return problem
     d = os.path.join(users, str(uid))
     try:
-        os.mkdir(d, 0o755)
+        os.mkdir(d, layout.DIR_MODE)
         os.chown(d, uid, gid if gid is not None and gid >= 0 else -1)
     except FileExistsError:
         pass
     st = os.lstat(d)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
-        return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
-    return None
+    return None if trusted(st, (uid,), stat.S_ISDIR) else unsafe(d, st)
 
 
-def build_events(env, job_id, context, tail):
+def build_events(env, job_id, context, tail, layout):
     kind = KIND_BY_CONTEXT[context]
-    restart = max(0, min(to_int(env.get("SLURM_JOB_RESTART_COUNT"), 0), 100000))
+    limit = layout.FIELD_SPECS
+    restart = max(0, min(to_int(env.get("SLURM_JOB_RESTART_COUNT"), 0), limit["restart"][2]))
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
-    base = {"v": SCHEMA_VERSION, "kind": kind, "job": job_id, "ts": round(time.time(), 6),
-            "restart": restart, "source": context, "host": host[:255]}
+    base = {"v": layout.SCHEMA_VERSION, "kind": kind, "job": job_id, "ts": round(time.time(), 6),
+            "restart": restart, "source": context, "host": host[:limit["host"][2]]}
     gpus = count_gpus(env)
     if gpus is not None:
         base["gpus"] = gpus
@@ -254,25 +269,31 @@ def main(env):
     context = env.get("SLURM_SCRIPT_CONTEXT", "")
     job_id = env.get("SLURM_JOB_ID", "").strip()
     store = conf.get("SHOCKWAVE_STORE")
-    if context not in KIND_BY_CONTEXT or not JOB_ID_RE.match(job_id) or not store:
+    if context not in KIND_BY_CONTEXT or not store:
+        return
+    layout = load_layout()
+    if layout is None:
+        log(conf, "shockwave_layout.py is missing or untrusted next to the hook (see its README); nothing recorded")
+        return
+    if not re.match(layout.SLURM_JOB_ID + r"\Z", job_id):
         return
     if not os.path.isdir(store):
         log(conf, "store %s missing; nothing recorded for job %s" % (store, job_id))
         return
-    d = system_dir(store)
+    d = system_dir(store, layout)
     if d is None:
-        log(conf, "unsafe or missing %s/_system; nothing recorded" % store)
+        log(conf, "unsafe or missing %s/%s; nothing recorded" % (store, layout.SYSTEM_DIR))
         return
-    sys_file = os.path.join(d, job_id + ".jsonl")
-    if not is_managed(env, conf, store, job_id, sys_file):
+    sys_file = os.path.join(d, layout.system_file_name(job_id))
+    if not is_managed(env, conf, store, job_id, sys_file, layout):
         return
     if context.startswith("prolog"):
-        problem = provision_user_dir(store, env)
+        problem = provision_user_dir(store, env, layout)
         if problem:
             log(conf, "job %s: %s; the job's events cannot be written" % (job_id, problem))
     tail = read_tail(sys_file) if context.startswith("epilog") else []
-    for rec in build_events(env, job_id, context, tail):
-        append(sys_file, rec)
+    for rec in build_events(env, job_id, context, tail, layout):
+        append(sys_file, rec, layout)
 
 
 if __name__ == "__main__":

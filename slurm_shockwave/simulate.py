@@ -9,6 +9,7 @@ from solver.policies import make_policy
 
 from .controller.loop import RoundLoop
 from .data_files import bundled_profile_for
+from .plugins import load_policy_plugins
 from .metrics import Metrics, compute, lower_bound
 from .sim.cluster import SimulatedCluster
 from .workload import profiles
@@ -28,11 +29,13 @@ class SimResult:
     fallbacks: int
     utilization_timeline: list = field(default_factory=list)
     round_log: list = field(default_factory=list)
+    decided_by: dict = field(default_factory=dict)      # {scope: {rule: share of GPU-rounds}} (RoundLoop)
 
     def to_json(self) -> dict:
         m = self.metrics
         return {**m.summary(), "rounds": self.rounds, "wall_seconds": round(self.wall_seconds, 3),
                 "decide_seconds": round(self.decide_seconds, 3), "fallbacks": self.fallbacks,
+                "decided_by": self.decided_by,
                 "jobs_detail": [{"job_id": r.job_id, "user": r.user, "gpus": r.num_gpus, "arrival": r.arrival_time,
                                  "finish": r.finish_time, "jct": r.jct, "rho": rho, "restarts": r.restarts,
                                  "isolated_runtime": r.isolated_runtime}
@@ -72,15 +75,15 @@ def run_simulation(workload, throughputs, num_gpus: int, policy: str = "shockwav
         raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {num_gpus}")
     table = throughputs if isinstance(throughputs, ThroughputTable) else ThroughputTable.load(throughputs)
     jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
+    load_policy_plugins()
     pol = make_policy(policy, policy_config)
     cluster = SimulatedCluster(jobs, table, num_gpus, round_length=round_length, restart_penalty=restart_penalty)
-    loop = RoundLoop(cluster, pol, on_round=on_round, keep_info=keep_round_log)
+    loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
     started = time.perf_counter()
     loop.run()
     wall = time.perf_counter() - started
     metrics = compute(pol.name, cluster.finished, num_gpus, n_trace=len(jobs),
                       busy_gpu_seconds=cluster.busy_gpu_seconds, start_time=min(j.arrival_time for j in jobs),
                       lb=workload_lower_bound(jobs, table, num_gpus))
-    return SimResult(metrics, cluster.finished, len(loop.records), wall, loop.decide_seconds,
-                     sum(r.fallback for r in loop.records), cluster.utilization_timeline,
-                     loop.records if keep_round_log else [])
+    return SimResult(metrics, cluster.finished, loop.rounds, wall, loop.decide_seconds, loop.fallbacks,
+                     cluster.utilization_timeline, loop.records, loop.decided_by())

@@ -1,6 +1,6 @@
 """Bayesian batch-size-regime predictor (Shockwave's Dirichlet posterior, without oracle support).
 
-The reference (notes section 2) models the fraction of a job's lifetime epochs spent at each batch size with a
+The reference (docs/reference.md §3) models the fraction of a job's lifetime epochs spent at each batch size with a
 symmetric Dirichlet prior of total mass E (the job's epoch count) over the *profiled* set of batch sizes.  Here
 the set of regimes is learned from what the job reports:
 
@@ -135,23 +135,6 @@ def _posterior(total_epochs: int, epochs_done: int, counts: Mapping[int, int], p
         remaining += n * durations[b]
         regimes[b] = n * scale
     return Prediction(remaining * scale, regimes, alpha, dict(durations))
-
-
-def dirichlet_remaining(
-    total_epochs: int,
-    epochs_done: int,
-    observed: list[int],
-    prior: Mapping[int, float],
-    durations: Mapping[int, float],
-) -> Prediction:
-    """The reference's posterior arithmetic (JobMetaData.dirichlet_posterior_remaining_runtime), verbatim maths.
-
-    ``observed``: batch sizes of epochs 0..e (the current epoch included); ``prior``: alpha per regime.
-    """
-    counts: dict[int, int] = {}
-    for b in observed:
-        counts[b] = counts.get(b, 0) + 1
-    return _posterior(total_epochs, epochs_done, counts, prior, durations)
 
 
 class RegimeSummary:

@@ -1,11 +1,15 @@
 """Plain data the policies see: no backend, no Slurm, no I/O.
 
-Data flows one way: cluster state -> JobView/ClusterView -> policy -> RoundDecision -> backend.
+Data flows one way: cluster state -> JobView/ClusterView -> policy -> RoundDecision (JobPlan per job) ->
+placement (solver/placement.py) -> backend.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
+
+#: the GPU type of a cluster whose GPUs are one untyped pool
+GPU = "gpu"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class JobView:
     max_batch_size: int | None = None
     ran_last_round: bool = False
     run_time: float = 0.0        # seconds this job has run so far (wall time while scheduled)
+    gpu_type: str | None = None  # the GPU type its user asked for (None: any type)
 
     @property
     def steps_remaining(self) -> float:
@@ -42,7 +47,10 @@ class JobView:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Everything a policy may use to decide one round."""
+    """Everything a policy may use to decide one round.
+
+    `capacity` is the free GPUs per GPU type ({type: count}); a cluster of one untyped pool has the single
+    type `GPU`.  `num_gpus` is their total (what most policies need)."""
 
     now: float                   # seconds since the start of the workload
     round_index: int
@@ -52,6 +60,13 @@ class ClusterView:
     # seconds each job ran in the previous round, including jobs that finished in it
     last_round_run_time: Mapping = field(default_factory=dict)
     total_jobs: int = 0          # jobs in the whole workload, when known (0 = unknown)
+    capacity: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.capacity:
+            object.__setattr__(self, "capacity", {GPU: int(self.num_gpus)})
+        elif sum(self.capacity.values()) != self.num_gpus:
+            raise ValueError(f"capacity {dict(self.capacity)} does not add up to num_gpus = {self.num_gpus}")
 
     def job(self, job_id) -> JobView:
         for j in self.jobs:
@@ -60,21 +75,61 @@ class ClusterView:
         raise KeyError(job_id)
 
 
+#: the rules that can place a job in a round (JobPlan.rule); status, explain and the metrics name them
+RULES = {
+    "finishing": "finishing: every epoch reported, still running",
+    "critical_path": "on the critical path (its remaining time sets the makespan if it waits)",
+    "deadline": "earliest fair-finish deadline first",
+    "market": "the market's plan for the window",
+    "backfill": "backfill: GPUs nobody planned would have been idle",
+    "guard": "starvation guard: waited the bound",
+    "fallback": "fallback: least attained service first",
+    "policy": "the policy's own rule",
+}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What the policy decided for one active job this round, and why: produced by the policy, completed
+    (never mutated) by the controller's annotations, journalled once per round, read by status, explain and
+    the metrics.  None = the policy does not know or say."""
+
+    job_id: int | str
+    rule: str = ""                               # a key of RULES when the job runs this round, else ""
+    predicted_remaining_s: float | None = None
+    rho_hat: float | None = None
+    weight: float | None = None
+    rounds_planned: int | None = None            # rounds of the planning window the job is planned in
+    next_offset: int | None = None               # rounds until it next runs (0 = this one; None = not planned)
+    fair_finish_in_s: float | None = None        # its fair-finish deadline, seconds from now
+    critical_path: bool = False
+    waited_rounds: int = 0                       # rounds since it last ran
+    overdue: bool = False                        # waited the starvation bound: the guard puts it first
+    reason: str = ""                             # one human line (controller/reasons.py)
+    expected_start: float | None = None          # view clock seconds; None = not in the planned window
+
+
 @dataclass(frozen=True)
 class RoundDecision:
-    """The jobs to run (each on all its num_gpus GPUs) during the coming round.
+    """The jobs to run (each on all its num_gpus GPUs) during the coming round, with a plan record per job.
 
-    `info` carries optional explanations (planned rounds per job, priorities...) for status/explain.
-    """
+    `path` says how the decision was reached (solved, cached, fallback, idle; a baseline leaves it empty);
+    `placement` (job -> {GPU type: count}) says which GPUs: empty until the placement stage fills it."""
 
     run: tuple = ()
-    info: Mapping = field(default_factory=dict)
+    plans: Mapping = field(default_factory=dict)       # job id -> JobPlan
+    path: str = ""
+    solve_time_s: float = 0.0
+    solver_status: str = ""
+    window_rounds: int | None = None
+    fallback_reason: str = ""
+    placement: Mapping = field(default_factory=dict)
 
 
-class Policy:
-    """Base class: one small class per policy.  Policies may keep state between rounds."""
-
-    name = "policy"
-
-    def decide(self, view: ClusterView) -> RoundDecision:  # pragma: no cover - interface
-        raise NotImplementedError
+def __getattr__(attr):
+    # `from solver.types import Policy` keeps working: the base class lives with the policies
+    # (solver/policies/base.py), imported on first use so that this module stays plain data
+    if attr == "Policy":
+        from solver.policies.base import Policy
+        return Policy
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from slurm_shockwave.localcluster import daemons as d
+from slurm_shockwave.localcluster import statefile
 from tests.slurm_fixtures import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,19 +146,19 @@ class Lab:
 
     # ------------------------------------------------------------------ slurmctld outage
     def stop_slurmctld(self) -> None:
-        state = self.c._read_state()
+        state = statefile.read(self.c.paths)
         pid = state["daemons"]["slurmctld"]["pid"]
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not _alive(pid), timeout=30, what="slurmctld stopped")
 
     def start_slurmctld(self) -> None:
-        state = self.c._read_state()
-        settings = self.c._settings_from(state)
+        state = statefile.read(self.c.paths)
+        settings = statefile.settings_from(state)
         env = self.c.full_env()
         proc = d.start_slurmctld(self.c.paths, env, bin_dir=self.c.bin_dir)
         procs = dict(state["daemons"])
         procs["slurmctld"] = proc
-        self.c._write_state(settings, procs, "up")
+        statefile.write(self.c.paths, self.c.root, settings, procs, "up")
         d.wait_ctld_ready(env, 30, bin_dir=self.c.bin_dir)
 
     # ------------------------------------------------------------------ checks

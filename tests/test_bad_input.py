@@ -1,5 +1,6 @@
 """Bad workload files: one-line errors naming file, line and field; nothing is written."""
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -56,13 +57,13 @@ def test_spec_errors_name_file_line_field(tmp_path, job, field):
     p.write_text(json.dumps({"model": "LM", "batch_size": 10, "epochs": 1}) + "\n" + json.dumps(job) + "\n")
     with pytest.raises(WorkloadError) as e:
         read_spec(p, num_gpus=8)
-    assert str(e.value).startswith(f"{p}:2: {field}: ")
+    assert re.match(rf"{re.escape(str(p))}:2: {field}( = [^:]+)?: ", str(e.value)), str(e.value)
 
 
 def test_toml_errors_name_the_job_header_line(tmp_path):
     p = tmp_path / "jobs.toml"
     p.write_text('[[job]]\nmodel = "LM"\nbatch_size = 10\nepochs = 1\n\n[[job]]\nmodel = "LM"\nbatch_size = "x"\n')
-    with pytest.raises(WorkloadError, match=r"jobs.toml:6: batch_size: expected an integer"):
+    with pytest.raises(WorkloadError, match=r"jobs.toml:6: batch_size = 'x': must be an integer"):
         read_spec(p)
 
 

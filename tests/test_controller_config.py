@@ -28,7 +28,7 @@ def test_defaults_and_weights(tmp_path):
     cfg = load_config(p)
     assert cfg.round_seconds == 20 and cfg.mode == "authoritative"
     assert cfg.weight("alice", "lab") == 3.0 and cfg.weight("bob", "x") == 1.0
-    assert cfg.slurm_bin_dir == "/usr/bin" and cfg.slurm_env == {"SLURM_CONF": "/etc/slurm/slurm.conf"}
+    assert cfg.slurm.bin_dir == "/usr/bin" and cfg.slurm.env == {"SLURM_CONF": "/etc/slurm/slurm.conf"}
     assert cfg.metrics_address == "127.0.0.1" and cfg.preempt_signal == "USR1"
     assert cfg.state_path.name == "state.sqlite"
 
@@ -194,12 +194,77 @@ def test_state_store_journal_and_reopen(tmp_path):
     assert ro.get("policy_state") == {"x": 1}
 
 
-def test_the_documented_example_is_valid():
+def test_the_documented_example_is_generated_from_the_models_and_loads_to_the_defaults():
+    import re
     from pathlib import Path
-    cfg = load_config(Path(__file__).resolve().parent.parent / "docs" / "config.example.toml")
-    assert cfg.metrics_port == 9108 and cfg.metrics_address == "127.0.0.1" and cfg.slurm_bin_dir is None
+
+    from slurm_shockwave.controller.config import ControllerConfig
+    from slurm_shockwave.controller.config_example import example_toml
     from solver.policies.shockwave import ShockwaveConfig
-    assert cfg.policy == "shockwave" and cfg.policy_config == ShockwaveConfig()          # the built-in defaults
+    path = Path(__file__).resolve().parent.parent / "docs" / "config.example.toml"
+    assert path.read_text() == example_toml(), "regenerate: shockwave controller example-config > " + str(path)
+    res = CliRunner().invoke(cli, ["controller", "example-config"])
+    assert res.exit_code == 0 and res.output == example_toml()
+    cfg = load_config(path)
+    assert cfg.model_dump() == ControllerConfig().model_dump()
+    assert cfg.metrics_address == "127.0.0.1" and cfg.slurm.bin_dir is None and cfg.source == str(path)
+    assert cfg.policy.name == "shockwave" and cfg.policy.settings == ShockwaveConfig()   # the built-in defaults
+    from slurm_shockwave.controller.config import SECTIONS
+    for name in SECTIONS:                                                          # every table and setting
+        model = ControllerConfig if name == "controller" else ControllerConfig.model_fields[name].annotation
+        assert f"\n[{name}]\n" in example_toml()
+        for key in model.model_fields:
+            assert key in SECTIONS or re.search(rf"^(# )?{key} = ", example_toml(), re.M), key
+    for key in ShockwaveConfig.model_fields:
+        assert re.search(rf"^# {key.rstrip('_')}( = |: not set)", example_toml(), re.M), key
+
+
+def test_a_commented_out_setting_of_the_example_is_valid_when_uncommented():
+    import re
+
+    from slurm_shockwave.controller.config_example import example_toml
+    text = re.sub(r"^# ((?:min_run|poll|min_round)_seconds|config|bin_dir) = ", r"\1 = ", example_toml(), flags=re.M)
+    cfg = config_from_dict(__import__("tomllib").loads(text), "c.toml")
+    assert cfg.min_run_seconds == 240 and cfg.poll_seconds == 5 and cfg.slurm.bin_dir == "/usr/bin"
+    assert cfg.policy.config == "tacc_32gpus.json" and cfg.policy.settings.k_norm is None       # the reference's k
+
+
+def test_every_policy_with_settings_takes_a_table_named_after_it():
+    cfg = config_from_dict({"policy": {"name": "shockwave", "shockwave": {"lambda": 12, "future_rounds": 5}}})
+    assert cfg.policy.settings.lambda_ == 12 and cfg.policy.settings.future_rounds == 5
+    problems = problems_of({"policy": {"name": "fifo", "fifo": {"x": 1}}})
+    assert problems == ["c.toml: policy.fifo = {'x': 1}: the fifo policy has no settings"]
+    problems = problems_of({"policy": {"name": "fifo", "shockwave": {"k": 1}}})
+    assert len(problems) == 1 and "policy.shockwave" in problems[0] and "another policy" in problems[0]
+    problems = problems_of({"policy": {"config": "tacc_32gpus.json", "shockwave": {"k": 1}}})
+    assert len(problems) == 1 and "policy.config" in problems[0] and "not both" in problems[0]
+    assert problems_of({"policy": {"shockwave": 3}}) == ["c.toml: policy.shockwave = 3: must be a table"]
+
+
+def test_problems_inside_a_settings_file_name_the_file_and_the_key(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text("[shockwave]\nk = -1\nlambda = \"x\"\n")
+    problems = problems_of({"policy": {"config": str(p)}})
+    assert len(problems) == 2 and all(f"policy.config = {str(p)!r}: " in x for x in problems)
+    assert "k = -1: must be >= 0" in problems[0] and "lambda = 'x': must be a number" in problems[1]
+    p.write_text("[shockwave\n")
+    problems = problems_of({"policy": {"config": str(p)}})
+    assert len(problems) == 1 and f"{p}:1: bad TOML" in problems[0]
+
+
+def test_sighup_update_in_place_keeps_the_restart_only_settings():
+    from slurm_shockwave.controller.config import RESTART_ONLY
+    cfg = config_from_dict({"controller": {"state_dir": "/a", "round_seconds": 10}}, "old.toml")
+    new = config_from_dict({"controller": {"state_dir": "/b", "round_seconds": 20}, "weights": {"users": {"a": 2.0}},
+                            "policy": {"name": "fifo"}}, "new.toml")
+    assert set(RESTART_ONLY) == {"backend", "state_dir", "event_store", "metrics_port", "metrics_address"}
+    assert cfg.update_from(new, keep=RESTART_ONLY) == ["round_seconds", "policy", "weights"]
+    assert cfg.state_dir == "/a" and cfg.round_seconds == 20 and cfg.weight("a", "x") == 2.0
+    assert cfg.policy.name == "fifo" and cfg.policy.settings is None and cfg.source == "new.toml"
+    with pytest.raises(ValueError):
+        cfg.round_seconds = INF                          # an assignment is validated too
+    cfg.dry_run = True
+    assert cfg.dry_run is True
 
 
 def test_round_timing_knobs():

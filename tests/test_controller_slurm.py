@@ -49,7 +49,7 @@ def config(c, root: Path, mode: str, **extra):
     ctl = {"round_seconds": 1, "mode": mode, "partition": c.partition, "state_dir": str(root / "state"),
            "event_store": str(root / "events"), "grace_seconds": 1, **extra}
     cfg = config_from_dict({"controller": ctl, "policy": {"name": "fifo"}}, "test")
-    cfg.slurm_env = dict(c.env)
+    cfg.slurm.env = dict(c.env)
     return cfg
 
 

@@ -310,6 +310,31 @@ def test_hook_writes_reader_compatible_events(store):
     assert summarize(job.events).restarts == 1
 
 
+def test_the_installed_hook_uses_the_shared_layout_next_to_it(store, tmp_path):
+    """Installed as prolog_epilog/README.md says (its `install` lines, into a temporary hooks directory): the
+    hook reads the package's layout.py from its copy there; without it, it records nothing and says why."""
+    import re
+    import shutil
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    readme = (REPO / "prolog_epilog" / "README.md").read_text()
+    for mode, sources, target in re.findall(r"^install -m (\d+) (.+?) /opt/shockwave/hooks/(\S*)", readme, re.M):
+        for src in sources.split():
+            dest = hooks / (target or Path(src).name)
+            shutil.copy2(REPO / src, dest)
+            os.chmod(dest, int(mode, 8))
+    assert {"shockwave_layout.py", "shockwave_hints.py", "shockwave_hook.py"} <= {p.name for p in hooks.iterdir()}
+    hook, log = hooks / "shockwave-hook.sh", tmp_path / "hook.log"
+    env = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmd", "SLURM_JOB_COMMENT": "shockwave", "SHOCKWAVE_HOOK_LOG": str(log)}
+    subprocess.run([str(hook)], env={**os.environ, "SHOCKWAVE_STORE": str(store), "SHOCKWAVE_HOOK_PYTHON":
+                                     sys.executable, "SLURM_JOB_ID": "44", **env}, check=True, timeout=20)
+    assert [e.kind for e in EventReader(store).read_job("44").events] == ["prolog_start"]
+    (hooks / "shockwave_layout.py").unlink()
+    subprocess.run([str(hook)], env={**os.environ, "SHOCKWAVE_STORE": str(store), "SHOCKWAVE_HOOK_PYTHON":
+                                     sys.executable, "SLURM_JOB_ID": "45", **env}, check=True, timeout=20)
+    assert not (store / "_system" / "45.jsonl").exists() and "shockwave_layout.py" in log.read_text()
+
+
 def test_hook_always_exits_zero(tmp_path):
     _hook(tmp_path / "missing", SLURM_SCRIPT_CONTEXT="prolog_slurmd", SLURM_JOB_ID="1",
           SLURM_JOB_COMMENT="shockwave")

@@ -23,6 +23,7 @@ import pytest
 from slurm_shockwave.events import EventReader, summarize
 from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
 from slurm_shockwave.localcluster import daemons as d
+from slurm_shockwave.localcluster import statefile
 from tests.slurm_fixtures import ensure_user, make_root, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -67,6 +68,7 @@ class Site:
         for name in ("shockwave-hook.sh", "shockwave_hook.py"):
             shutil.copy2(REPO / "prolog_epilog" / name, self.hooks / name)
         shutil.copy2(REPO / "slurm_shockwave" / "slurm" / "hints.py", self.hooks / "shockwave_hints.py")
+        shutil.copy2(REPO / "slurm_shockwave" / "events" / "layout.py", self.hooks / "shockwave_layout.py")
         (self.hooks / "shockwave-hook.conf").write_text(
             f"SHOCKWAVE_STORE={self.store}\nSHOCKWAVE_HOOK_LOG={self.hooks / 'hook.log'}\n")
         (self.work / "train.py").write_text(TRAIN)
@@ -107,18 +109,18 @@ class Site:
 
     # slurmctld stop/start, as tests/safety_lab.py does (by the pid in the cluster's state file)
     def stop_slurmctld(self) -> None:
-        pid = self.cluster._read_state()["daemons"]["slurmctld"]["pid"]
+        pid = statefile.read(self.cluster.paths)["daemons"]["slurmctld"]["pid"]
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not Path(f"/proc/{pid}").exists() or
                  Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", timeout=30, what="slurmctld stopped")
 
     def start_slurmctld(self) -> None:
-        state = self.cluster._read_state()
+        state = statefile.read(self.cluster.paths)
         env = self.cluster.full_env()
         proc = d.start_slurmctld(self.cluster.paths, env, bin_dir=self.cluster.bin_dir)
         procs = dict(state["daemons"])
         procs["slurmctld"] = proc
-        self.cluster._write_state(self.cluster._settings_from(state), procs, "up")
+        statefile.write(self.cluster.paths, self.cluster.root, statefile.settings_from(state), procs, "up")
         d.wait_ctld_ready(env, 30, bin_dir=self.cluster.bin_dir)
 
 

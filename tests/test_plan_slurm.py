@@ -1,5 +1,5 @@
 """One truth for the plan (issue 11 items 1, 3, 4, 5, 9; issue 10 item 9), on a real local Slurm cluster:
-a preempted job keeps its first arrival; status and explain read the same per-round snapshot; unmanaged
+a preempted job keeps its first arrival; status and explain read the same round record; unmanaged
 jobs are in the picture; an ended job starts an early round; every decision is checked before enactment; the
 read-side tools work for a non-root user with the controller stopped."""
 from __future__ import annotations
@@ -52,7 +52,7 @@ def config(c, root: Path, mode: str, policy="fifo", **extra):
            "event_store": str(root / "events"), "grace_seconds": 1, **extra}
     (root / "events").mkdir(exist_ok=True)
     cfg = config_from_dict({"controller": ctl, "policy": {"name": policy}}, "test")
-    cfg.slurm_env = dict(c.env)
+    cfg.slurm.env = dict(c.env)
     return cfg
 
 
@@ -132,13 +132,11 @@ def test_preempted_twice_keeps_first_arrival_rho_and_fair_share(cluster):
         for v in (first, last):
             jobs = tuple(dataclasses.replace(j, ran_last_round=False) for j in v.jobs)
             cv = ClusterView(now=first.now + 100, round_index=0, round_length=1.0, num_gpus=4, jobs=jobs)
-            outs.append(ShockwavePolicy().decide(cv).info["jobs"][a])
-        fair = [k for k in outs[0] if k.startswith("fair_finish")]          # the fair-share target
-        assert fair
-        for key in ("rho_hat", *fair):
-            assert outs[0][key] is not None and outs[0][key] == outs[1][key], (key, outs)
-        snap = ctl.state.latest_view()
-        assert snap["jobs"][str(a)]["submit_time"] == float(submit0)
+            outs.append(ShockwavePolicy().decide(cv).plans[a])
+        for key in ("rho_hat", "fair_finish_in_s"):                          # fair_finish_in_s: the fair-share target
+            assert getattr(outs[0], key) is not None and getattr(outs[0], key) == getattr(outs[1], key), (key, outs)
+        rec, _at = ctl.state.latest_round()
+        assert rec.job_context(a)["submit_time"] == float(submit0)
     finally:
         ctl.close()
         cancel(cluster, {a, b})
@@ -153,17 +151,18 @@ def test_status_and_explain_agree_with_the_decision(cluster):
     try:
         ctl.run(max_rounds=2)
         out = status_json(root / "state")
-        snap = ctl.state.latest_view()
-        assert out["cluster"]["round"] == snap["round"] == 1
+        rec, _at = ctl.state.latest_round()
+        assert out["cluster"]["round"] == rec.round_index == 1
         rows = {int(r["job_id"]): r for r in out["jobs"]}
         assert set(rows) == set(ids)
         for jid in ids:
             ex = explain_json(root / "state", jid)
-            plan = snap["jobs"][str(jid)]["plan"]
+            plan = rec.plan(jid)
             # one prediction, the controller's: status == explain == what the policy decided on
-            assert ex["predicted_remaining_s"] == rows[jid]["predicted_remaining_s"] == plan["predicted_remaining_s"]
+            assert ex["predicted_remaining_s"] == rows[jid]["predicted_remaining_s"] == plan.predicted_remaining_s
             assert ex["plan"]["predicted_remaining_s"] == ex["predicted_remaining_s"]
-            assert ex["reason"] == rows[jid]["reason"] == plan["reason"]
+            assert ex["reason"] == rows[jid]["reason"] == plan.reason
+            assert ex["plan"]["rule"] == plan.rule and (plan.rule != "") == rows[jid]["planned_now"]
             # not a placeholder: 12 epochs of ~20 s (the hint) before the job has reported anything
             assert ex["predicted_remaining_s"] > 100
             assert rows[jid]["eta_source"] == "hint"
@@ -212,9 +211,10 @@ def test_released_reason_unmanaged_capacity_no_requeue_and_ended_early(cluster):
         cl = out["cluster"]
         assert cl["gpus"] == 4 and cl["gpus_unmanaged"] == 1 and cl["gpus_managed_capacity"] == 3
         assert cl["unmanaged_pending"] == 1 and cl["unmanaged_pending_gpus"] == 3
-        snap = ctl.state.latest_view()
-        assert snap["capacity"] == 3 and snap["unmanaged"]["running"][0]["expected_end"] is not None
-        assert [r["job_id"] for r in snap["unmanaged"]["pending"]] == [big]
+        rec, _at = ctl.state.latest_round()
+        unm = rec.context["unmanaged"]
+        assert rec.view.num_gpus == 3 and unm["running"][0]["expected_end"] is not None
+        assert [r["job_id"] for r in unm["pending"]] == [big]
         text = CliRunner().invoke(cli, ["status", "--state-dir", str(root / "state")]).output
         assert "1 unmanaged" in text and "/4 GPUs busy" in text
         # the short job exits 0 after 2 of 12 epochs: shown as ended early, not as a stale row
@@ -272,9 +272,9 @@ def test_a_bad_decision_is_never_enacted(cluster):
     ctl.loop.policy = OverCapacity()
     try:
         ctl.run(max_rounds=1)
-        snap = ctl.state.latest_view()
-        assert snap["fallback"] is True and snap["path"] == "fallback"
-        run = [int(j) for j in snap["run"]]
+        rec, _at = ctl.state.latest_round()
+        assert rec.fallback is True and rec.decision.path == "fallback"
+        run = [int(j) for j in rec.run]
         assert 0 < len(run) and 2 * len(run) <= 4 and 999999 not in run
         deferred = [j for j in ids if j not in run]
         assert all(ctl.state.actions(job_id=j, verb="release") == [] for j in deferred)

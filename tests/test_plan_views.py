@@ -2,11 +2,13 @@
 confidence, the epoch history of finished jobs, the reasons from this round's decision, the one fallback."""
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, replace
 
 import pytest
 
-from solver.types import ClusterView, JobView, Policy, RoundDecision
+from solver.types import ClusterView, JobPlan, JobView, Policy, RoundDecision
 from slurm_shockwave.slurm import jobview
 from slurm_shockwave.cli.statusview import fmt_eta
 from slurm_shockwave.controller.loop import RoundLoop, fallback_decision
@@ -70,8 +72,11 @@ def test_no_requeue_warning():
 
 
 def test_view_round_trip_is_exact():
-    v, m = build(FakeJob(), history={32: (6.0, 40), 64: (4.0, 3)})
-    assert jobview.view_from_dict(jobview.view_dict(v, m)) == v
+    from slurm_shockwave.journal.record import view_from_json, view_to_json
+    v, _m = build(FakeJob(), history={32: (6.0, 40), 64: (4.0, 3)})
+    v = replace(v, bs_history=(32,) * 700 + (64,) * 300)
+    assert view_from_json(json.loads(json.dumps(view_to_json(v)))) == v
+    assert len(view_to_json(v)["bs_history"]) == 2                  # run-length encoded
 
 
 def test_history_of_finished_jobs_feeds_the_next_eta(tmp_path):
@@ -99,14 +104,16 @@ def _jv(i, gpus=1, ran=False):
 
 def test_reasons_come_from_this_rounds_decision():
     view = _view([_jv(1), _jv(2, ran=True), _jv(3), _jv(4)])
-    d = RoundDecision(run=(1, 2), info={"path": "cached", "jobs": {1: {"next_planned_round_offset": 3},
-                                                                  3: {"next_planned_round_offset": 2}}})
-    annotate(view, d, "authoritative")
-    j = d.info["jobs"]
-    assert j[1]["reason"].startswith("released this round")        # a stale +3 offset never shows
-    assert j[2]["reason"].startswith("running (planned")
-    assert j[3]["reason"].startswith("deferred, planned at") and j[3]["expected_start"] == view.now + 120
-    assert j[4]["reason"].startswith("deferred: not planned")
+    d = RoundDecision(run=(1, 2), plans={1: JobPlan(1, rule="market", next_offset=3), 3: JobPlan(3, next_offset=2)},
+                      path="cached")
+    out = annotate(view, d, "authoritative")
+    assert d.plans[1].reason == "" and 2 not in d.plans            # the policy's records are never mutated
+    j = out.plans
+    assert j[1].reason.startswith("released this round") and j[1].next_offset == 0   # a stale +3 never shows
+    assert j[1].rule == "market" and j[2].rule == "policy" and j[3].rule == ""
+    assert j[2].reason.startswith("running (planned")
+    assert j[3].reason.startswith("deferred, planned at") and j[3].expected_start == view.now + 120
+    assert j[4].reason.startswith("deferred: not planned")
 
 
 class Bad(Policy):
@@ -135,6 +142,9 @@ class Backend:
     def done(self):
         return False
 
+    def round_context(self):
+        return {}
+
 
 @pytest.mark.parametrize("run", [(1, 2, 3, 4, 5), (1, 1), (99,)])
 def test_loop_checks_every_decision_and_falls_back_once(run):
@@ -145,7 +155,8 @@ def test_loop_checks_every_decision_and_falls_back_once(run):
     assert rec.fallback
     enacted = b.applied[0]
     assert enacted.run == fallback_decision(view).run
-    assert sum(2 for _ in enacted.run) <= 4 and enacted.info["path"] == "fallback"
+    assert sum(2 for _ in enacted.run) <= 4 and enacted.path == "fallback"
+    assert enacted.placement == {1: {"gpu": 2}, 2: {"gpu": 2}}      # placed and checked before enactment
     assert enacted.run == (1, 2)                                   # least attained service first
 
 
@@ -157,23 +168,24 @@ def test_fallback_is_the_shockwave_policys_rule():
 
 
 def _snapshot_state(tmp_path):
-    """A state with one round snapshot, as SlurmBackend.record_plan writes it."""
-    from slurm_shockwave.slurm.jobview import snapshot
+    """A state with one round record, as the controller journals it."""
+    from slurm_shockwave.journal.record import RoundRecord
     st = StateStore(tmp_path / "state.sqlite")
     st.begin_round(4, 1_700_000_000.0)
     jobs = [_jv(1, ran=True), _jv(2), _jv(3)]
     jobs = [replace(j, user=u) for j, u in zip(jobs, ("ana", "ben", "ana"))]
     view = _view(jobs, gpus=6)
-    d = RoundDecision(run=(1, 2), info={"path": "solved", "jobs": {
-        1: {"predicted_remaining_s": 50.0, "rho_hat": 1.1}, 2: {"predicted_remaining_s": 70.0},
-        3: {"predicted_remaining_s": 600.0, "next_planned_round_offset": 2}}})
-    annotate(view, d, "authoritative")
+    d = RoundDecision(run=(1, 2), path="solved", plans={
+        1: JobPlan(1, predicted_remaining_s=50.0, rho_hat=1.1), 2: JobPlan(2, predicted_remaining_s=70.0),
+        3: JobPlan(3, predicted_remaining_s=600.0, next_offset=2, rho_hat=float("inf"))})
+    d = annotate(view, d, "authoritative")
     metas = {j.job_id: {"slurm_state": "RUNNING" if j.ran_last_round else "HELD", "eta_confidence": "low",
                         "eta_source": "default", "warnings": []} for j in jobs}
     unm = jobview.unmanaged([FakeJob(job_id=9, state="RUNNING", gpus=2, start_time=1_700_000_000, time_limit=10),
                              FakeJob(job_id=10, gpus=4)], {1, 2, 3}, "gpu", 0.0)
-    st.record_view(4, snapshot(view, d, False, metas, {"partition_gpus": 8, "unmanaged": unm,
-                                                        "mode": "authoritative", "dry_run": False}))
+    context = {"jobs": {str(k): m for k, m in metas.items()}, "partition_gpus": 8, "unmanaged": unm,
+               "mode": "authoritative", "dry_run": False}
+    st.record_round(RoundRecord(view, d, 0.1, False, "shockwave", context), busy=1)
     for j in jobs:
         st.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": "", "gpus": 1, "state": "PENDING",
                          "submit_time": 1.0, "restarts": 0, "view": {}}], 1.0)
@@ -217,6 +229,7 @@ def test_status_reads_the_snapshot_me_watch_and_unmanaged(tmp_path, monkeypatch)
     ex = _json.loads(CliRunner().invoke(cli, ["explain", "3", "--state-dir", str(d), "--json"]).output)
     assert ex["predicted_remaining_s"] == 600.0 == ex["plan"]["predicted_remaining_s"]
     assert ex["reason"] == rows["3"]["reason"]
+    assert rows["3"]["rho_hat"] is None                            # a non-finite number is stored as null
 
 
 def test_demo_report_has_both_columns_and_reads_the_numbers():

@@ -63,7 +63,7 @@ def config(c, root: Path, mode="authoritative", **extra):
            "event_store": str(root / "events"), "grace_seconds": 1, **extra}
     (root / "events").mkdir(exist_ok=True)
     cfg = config_from_dict({"controller": ctl, "policy": {"name": "fifo"}}, "test")
-    cfg.slurm_env = dict(c.env)
+    cfg.slurm.env = dict(c.env)
     return cfg
 
 
@@ -98,7 +98,7 @@ def test_crash_between_requeuehold_and_hold_does_not_hold_forever(cluster):
     a = submit(cluster, root, "a")
     wait_for(lambda: state_of(cluster, {a})[a][0] == "RUNNING", what="a running")
     cfg = config(cluster, root)
-    ctl = Controller(cfg, cli=FailingHold(env=cfg.slurm_env, timeout=30))
+    ctl = Controller(cfg, cli=FailingHold(env=cfg.slurm.env, timeout=30))
     ctl.loop.policy = Scripted(plan=())                     # a loses its round: signal, then requeuehold
     try:
         wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][0] == "PENDING",
@@ -128,7 +128,7 @@ def test_crash_between_requeuehold_and_hold_deferred_job_stays_ours(cluster):
     a = submit(cluster, root, "a")
     wait_for(lambda: state_of(cluster, {a})[a][0] == "RUNNING", what="a running")
     cfg = config(cluster, root)
-    ctl = Controller(cfg, cli=FailingHold(env=cfg.slurm_env, timeout=30))
+    ctl = Controller(cfg, cli=FailingHold(env=cfg.slurm.env, timeout=30))
     ctl.loop.policy = Scripted(plan=())
     try:
         wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][1] == "JobHeldUser",
@@ -207,7 +207,7 @@ def test_signalled_is_saved_right_after_the_signal(cluster):
         seen.append((os.path.basename(argv[0]), None))
         return subprocess.run(argv, **kw)
 
-    ctl = Controller(cfg, cli=SlurmCLI(env=cfg.slurm_env, timeout=30, runner=runner))
+    ctl = Controller(cfg, cli=SlurmCLI(env=cfg.slurm.env, timeout=30, runner=runner))
     ctl.loop.policy = Scripted(plan={a, c_})
     try:
         ctl.run(max_rounds=1)

@@ -5,10 +5,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from slurm_shockwave.policy_settings import from_file as settings_from_file
+from slurm_shockwave.validation import describe
 from solver.market.backends import BackendResult, HighsBackend
 from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
-from solver.types import ClusterView, JobView
+from solver.types import RULES, ClusterView, JobView
 
 CONFIGS = Path("/work/shared/reference-data/shockwave/scheduler/configurations")
 if not CONFIGS.exists():
@@ -61,7 +64,7 @@ def test_reference_configs_load(name):
     path = CONFIGS / f"{name}.json"
     if not path.exists():
         pytest.skip("reference data not available")
-    cfg = ShockwaveConfig.from_json(path)
+    cfg = settings_from_file("shockwave", path)
     raw = json.loads(path.read_text())
     assert cfg.k == raw["k"] and cfg.lambda_ == raw["lambda"] and cfg.future_rounds == raw["future_rounds"]
     assert cfg.solver_timeout == raw["solver_timeout"] and cfg.solver_rel_gap == raw["solver_rel_gap"]
@@ -73,23 +76,23 @@ def test_reference_configs_load(name):
                                      ("solver_timeout", 0), ("solver_rel_gap", -0.1), ("k", float("nan")),
                                      ("log_bases", [0.2, 1.0])])
 def test_bad_config_values(key, val):
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(ValidationError) as exc:          # worded by the caller, one line per problem
         ShockwaveConfig.from_dict({key: val})
-    msg = str(exc.value)
-    assert key in msg and "\n" not in msg
+    lines = describe(exc.value)
+    assert lines and all(key in ln and "\n" not in ln for ln in lines)
 
 
 def test_config_from_json_errors_and_unknown_keys(tmp_path):
     p = tmp_path / "c.json"
     p.write_text('{"k": 0.5, "lambda": 3, "gpu_ram": 16, "whatever": [1]}')
-    cfg = ShockwaveConfig.from_json(p)
+    cfg = settings_from_file("shockwave", p)
     assert cfg.k == 0.5 and cfg.lambda_ == 3
     assert ShockwaveConfig.from_dict(cfg.to_dict()) == cfg
     p.write_text("{not json")
     with pytest.raises(ValueError):
-        ShockwaveConfig.from_json(p)
+        settings_from_file("shockwave", p)
     with pytest.raises(ValueError):
-        ShockwaveConfig.from_json(tmp_path / "missing.json")
+        settings_from_file("shockwave", tmp_path / "missing.json")
 
 
 # ---------------------------------------------------------------- decisions
@@ -100,14 +103,12 @@ def test_decide_respects_capacity_and_info():
     pol = ShockwavePolicy({"k": 1e-3, "lambda": 12})
     d = pol.decide(view(jobs, G=8))
     assert sum(mkj.num_gpus for mkj in jobs if mkj.job_id in d.run) <= 8
-    assert d.info["path"] == "solved" and d.info["solve_time_s"] >= 0
-    json.dumps(d.info)
+    assert d.path == "solved" and d.solve_time_s >= 0
     for i in range(12):
-        m = d.info["jobs"][i]
-        for key in ("rounds_planned", "next_planned_round_offset", "predicted_remaining_s", "rho_hat", "weight",
-                    "path"):
-            assert key in m
-        assert (m["next_planned_round_offset"] == 0) == (i in d.run)
+        m = d.plans[i]
+        assert m.rounds_planned is not None and m.predicted_remaining_s > 0 and m.rho_hat is not None
+        assert m.weight > 0
+        assert (m.next_offset == 0) == (i in d.run) == (m.rule in RULES)
 
 
 def test_work_conserving_and_never_runs_oversized_jobs():
@@ -124,7 +125,7 @@ def test_resolve_cadence_and_cached_plan():
         js = jobs if r < 5 else jobs[1:]           # a completion at round 5
         if r >= 6:
             js = js + [mkjob(99, total=5, arrival=700.0)]   # an arrival at round 6
-        paths.append(pol.decide(view(js, r=r, G=2)).info["path"])
+        paths.append(pol.decide(view(js, r=r, G=2)).path)
     assert paths == ["solved", "cached", "cached", "solved", "cached", "solved", "solved", "cached"]
 
 
@@ -144,17 +145,18 @@ def test_earliest_fair_finish_deadline_runs_first():
             mkjob(3, total=400, arrival=600.0)]
     d = ShockwavePolicy().decide(view(jobs, r=10, G=2, now=1200.0))
     assert set(d.run) == {1, 3}
-    meta = d.info["jobs"]
-    assert meta[3]["critical_path"] and not meta[1]["critical_path"]
-    assert meta[1]["fair_finish_in_s"] < meta[2]["fair_finish_in_s"] < meta[0]["fair_finish_in_s"]
+    meta = d.plans
+    assert meta[3].critical_path and not meta[1].critical_path
+    assert meta[3].rule == "critical_path" and meta[1].rule == "deadline"
+    assert meta[1].fair_finish_in_s < meta[2].fair_finish_in_s < meta[0].fair_finish_in_s
 
 
 def test_double_weight_gets_at_least_as_much():
     base = [mkjob(i, total=400, d=150.0 + 10 * i) for i in range(5)]
     heavy = list(base)
     heavy[2] = mkjob(2, total=400, d=170.0, weight=2.0)
-    n0 = ShockwavePolicy({"k": 0.0}).decide(view(base, G=2)).info["jobs"][2]["rounds_planned"]
-    n1 = ShockwavePolicy({"k": 0.0}).decide(view(heavy, G=2)).info["jobs"][2]["rounds_planned"]
+    n0 = ShockwavePolicy({"k": 0.0}).decide(view(base, G=2)).plans[2].rounds_planned
+    n1 = ShockwavePolicy({"k": 0.0}).decide(view(heavy, G=2)).plans[2].rounds_planned
     assert n1 >= n0
 
 
@@ -165,7 +167,7 @@ def test_fallback_on_solver_failure(mode, caplog):
     pol = ShockwavePolicy(backend=FailingBackend(mode))
     with caplog.at_level(logging.WARNING, logger="solver.market"):
         d = pol.decide(view(jobs, G=4))
-    assert d.info["path"] == "fallback"
+    assert d.path == "fallback" and all(d.plans[j].rule == "fallback" for j in d.run)
     assert d.run == (3, 1, 2)               # least attained run time first, while it fits
     assert any("fallback" in rec.getMessage() for rec in caplog.records)
 
@@ -175,16 +177,16 @@ def test_failure_keeps_last_plan_restricted_to_active_jobs():
     pol = ShockwavePolicy({"future_rounds": 10}, backend=backend)
     jobs = [mkjob(i, total=300) for i in range(5)]
     d0 = pol.decide(view(jobs, r=0, G=2))
-    assert d0.info["path"] == "solved"
+    assert d0.path == "solved"
     backend.fail = True
     planned = pol.plan[1]
     gone = planned[0]
     d1 = pol.decide(view([j for j in jobs if j.job_id != gone], r=1, G=2))
-    assert d1.info["path"] == "cached"
+    assert d1.path == "cached"
     assert gone not in d1.run and len(d1.run) == 2
     # past the end of the window there is no plan left: max-min fallback
     d2 = pol.decide(view([j for j in jobs if j.job_id != gone], r=40, G=2))
-    assert d2.info["path"] == "fallback" and len(d2.run) == 2
+    assert d2.path == "fallback" and len(d2.run) == 2
 
 
 def test_decide_never_raises_on_garbage():
@@ -211,7 +213,7 @@ def test_state_dict_roundtrip_continues_identically():
     b.load_state_dict(state)
     for r in range(3, 7):
         da, db = a.decide(view(jobs, r=r, G=4)), b.decide(view(jobs, r=r, G=4))
-        assert da.run == db.run and da.info["path"] == db.info["path"]
+        assert da.run == db.run and da.path == db.path and da.plans == db.plans
 
 
 def test_unfair_job_gets_priority():
@@ -220,19 +222,20 @@ def test_unfair_job_gets_priority():
                                                           for i in range(1, 6)]
     pol = ShockwavePolicy()
     d = pol.decide(view(jobs, r=50, G=2, now=6000.0))
-    m = d.info["jobs"][0]
-    assert m["rho_hat"] > 1.0 and m["weight"] > 1.0
+    m = d.plans[0]
+    assert m.rho_hat > 1.0 and m.weight > 1.0
     assert 0 in d.run
 
 
 def test_config_from_toml(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[shockwave]\nk = 0.01\nlambda = 5.0\nfuture_rounds = 10\n')
-    cfg = ShockwaveConfig.from_file(p)
+    cfg = settings_from_file("shockwave", p)
     assert (cfg.k, cfg.lambda_, cfg.future_rounds) == (0.01, 5.0, 10)
     p.write_text('k = "a"\n')
-    with pytest.raises(ValueError, match="'k'"):
-        ShockwaveConfig.from_file(p)
+    with pytest.raises(ValidationError) as exc:
+        settings_from_file("shockwave", p)
+    assert describe(exc.value) == ["k = 'a': must be a number"]
 
 
 def test_declaring_a_huge_job_cannot_buy_the_cluster_through_the_critical_path():
@@ -242,7 +245,7 @@ def test_declaring_a_huge_job_cannot_buy_the_cluster_through_the_critical_path()
             + [replace(mkjob(f"a{i}", total=10), user="alice") for i in range(4)])
     d = ShockwavePolicy().decide(view(jobs, r=0, G=4))
     assert sorted(i[0] for i in d.run) == ["a", "a", "m", "m"]
-    assert sum(bool(d.info["jobs"][f"m{i}"]["critical_path"]) for i in range(4)) == 2
+    assert sum(d.plans[f"m{i}"].critical_path for i in range(4)) == 2
     # one user alone: the critical path is not capped
     d = ShockwavePolicy().decide(view([replace(j, user="alice") for j in jobs], r=0, G=4))
     assert sorted(d.run) == ["m0", "m1", "m2", "m3"]

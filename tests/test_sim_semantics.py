@@ -1,4 +1,4 @@
-"""The simulated cluster's round semantics, on hand-computed cases (reference notes section 3)."""
+"""The simulated cluster's round semantics, on hand-computed cases (docs/reference.md §4)."""
 import pytest
 
 from solver.types import Policy, RoundDecision
@@ -96,10 +96,10 @@ def test_a_decision_over_capacity_is_rejected():
             return RoundDecision(run=tuple(j.job_id for j in view.jobs))
 
     c = SimulatedCluster([job(0, 1000, isolated_runtime=100), job(1, 1000, isolated_runtime=100)], THR, 1)
-    rec = RoundLoop(c, Greedy(), keep_info=True).run_round()
+    rec = RoundLoop(c, Greedy()).run_round()
     # the loop checks the decision before the backend sees it: the round uses the one fallback instead
     assert rec.fallback and len(rec.run) == 1
-    assert "uses 2 GPUs of 1" in rec.info["fallback"]
+    assert "uses 2 GPUs of 1" in rec.decision.fallback_reason
 
 
 def test_a_failing_policy_falls_back_and_the_loop_goes_on():
@@ -108,6 +108,6 @@ def test_a_failing_policy_falls_back_and_the_loop_goes_on():
             raise RuntimeError("solver exploded")
 
     c = SimulatedCluster([job(0, 1200, isolated_runtime=120)], THR, 1)
-    loop = RoundLoop(c, Broken())
+    loop = RoundLoop(c, Broken(), keep_records=True)
     loop.run()
-    assert c.finished and loop.records[0].fallback
+    assert c.finished and loop.records[0].fallback and loop.fallbacks == loop.rounds

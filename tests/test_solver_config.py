@@ -1,9 +1,14 @@
-"""ShockwaveConfig: pydantic v2, strict, no NaN/inf, bounds, one-line errors; from_dict/from_file/to_dict."""
+"""ShockwaveConfig: pydantic v2, strict, no NaN/inf, bounds, errors worded one line each by the caller;
+from_dict/to_dict, and its files read by slurm_shockwave (policy_settings.from_file)."""
 import json
 import math
 
 import pytest
+from pydantic import ValidationError
 
+from slurm_shockwave.loader import InputFileError
+from slurm_shockwave.policy_settings import from_file
+from slurm_shockwave.validation import describe
 from solver.policies.shockwave import ShockwaveConfig
 
 
@@ -15,11 +20,10 @@ from solver.policies.shockwave import ShockwaveConfig
     ("log_bases", [0.0, 0.5, 0.5, 1.0]), ("log_bases", "0,1"),
 ])
 def test_bad_values_one_line_error(key, val):
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(ValidationError) as exc:
         ShockwaveConfig.from_dict({key: val})
-    msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("shockwave config: ")
-    assert repr(key) in msg
+    lines = describe(exc.value, prefix=("shockwave",))
+    assert lines and all("\n" not in ln and ln.startswith(f"shockwave.{key} = ") for ln in lines), lines
 
 
 def test_assignment_is_validated_too():
@@ -39,10 +43,10 @@ def test_roundtrip_and_unknown_keys(tmp_path):
     assert ShockwaveConfig.from_dict(d) == c
     p = tmp_path / "c.json"
     p.write_text(json.dumps(d))
-    assert ShockwaveConfig.from_file(p) == c
+    assert from_file("shockwave", p) == c
     t = tmp_path / "c.toml"
     t.write_text("[shockwave]\nlambda = 7.0\nk_norm = 12.5\nlog_bases = [0, 0.5, 1]\n")
-    assert ShockwaveConfig.from_file(t) == c
+    assert from_file("shockwave", t) == c
 
 
 def test_absolute_k_given_means_no_normalised_k():
@@ -59,9 +63,9 @@ def test_starvation_bound_defaults_to_twice_the_window():
 def test_not_a_mapping_and_unreadable_file(tmp_path):
     with pytest.raises(ValueError, match="JSON object"):
         ShockwaveConfig.from_dict([1, 2])
-    with pytest.raises(ValueError, match="cannot read"):
-        ShockwaveConfig.from_file(tmp_path / "missing.json")
+    with pytest.raises(InputFileError, match="missing.json: file not found"):
+        from_file("shockwave", tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
-    with pytest.raises(ValueError, match="cannot read"):
-        ShockwaveConfig.from_file(bad)
+    with pytest.raises(InputFileError, match="bad.json:1: bad JSON"):
+        from_file("shockwave", bad)

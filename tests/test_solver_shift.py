@@ -42,7 +42,7 @@ def test_same_views_shifted_same_decision(policy):
     thr = reference_table()
     jobs = random_workload(5, 16, 4, thr)
     views = []
-    run_simulation(jobs, thr, 8, policy, on_round=lambda rec, view: views.append(view))
+    run_simulation(jobs, thr, 8, policy, on_round=lambda rec: views.append(rec.view))
     p1, p2 = make_policy(policy), make_policy(policy)
     for v in views:
         v2 = dataclasses.replace(v, now=v.now + SHIFT,

@@ -50,8 +50,8 @@ def test_gang_with_little_work_left_runs_within_the_bound_in_a_stream_of_small_j
         v = ClusterView(now=now, round_index=r, round_length=D, num_gpus=G, jobs=tuple(jobs))
         d = pol.decide(v)
         assert sum(j.num_gpus for j in jobs if j.job_id in d.run) <= G
-        info = d.info["jobs"].get("gang")
-        if info and info["starvation_guard"] and became_overdue_bound is None:
+        plan = d.plans.get("gang")
+        if plan and plan.overdue and became_overdue_bound is None:
             became_overdue_bound = r + bound(cfg, len(jobs), G, 4) - cfg.starvation_bound_rounds
         if "gang" in d.run:
             gang_ran_at = r
@@ -77,18 +77,18 @@ def test_every_job_runs_within_the_bound_in_an_overloaded_simulation():
     cfg = ShockwaveConfig(lambda_=25.0, k_norm=30.0, starvation_rounds=3)
     res = run_simulation(jobs, thr, 4, "shockwave", policy_config=cfg, keep_round_log=True)
     log = res.round_log
-    n_max = max(r.active for r in log)
+    n_max = max(len(r.view.jobs) for r in log)
     limit = bound(cfg, n_max, 4, max(j.num_gpus for j in jobs))
     last = {}
     worst = 0
     for rec in log:
-        for jid, m in rec.info["jobs"].items():
+        for jid in rec.decision.plans:
             last.setdefault(jid, rec.round_index - 1)
         for jid in rec.run:
             worst = max(worst, rec.round_index - last[jid] - 1)
             last[jid] = rec.round_index
     assert worst <= limit
-    assert any(m.get("starvation_guard") for rec in log for m in rec.info["jobs"].values())
+    assert any(p.overdue and p.rule == "guard" for rec in log for p in rec.decision.plans.values())
 
 
 def test_finishing_job_is_planned_not_starved():
@@ -98,6 +98,6 @@ def test_finishing_job_is_planned_not_starved():
     fin = view_job("fin", 0.0, 2, 10, 10, steps_left_s=30.0)
     v = ClusterView(now=600.0, round_index=5, round_length=D, num_gpus=4, jobs=tuple(jobs + [fin]))
     d = pol.decide(v)
-    m = d.info["jobs"]["fin"]
-    assert m["rounds_planned"] >= 1
-    assert m["next_planned_round_offset"] is not None and m["next_planned_round_offset"] <= 1
+    m = d.plans["fin"]
+    assert m.rounds_planned >= 1
+    assert m.next_offset is not None and m.next_offset <= 1

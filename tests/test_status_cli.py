@@ -16,7 +16,7 @@ from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.controller.metrics_server import ControllerMetrics
 from slurm_shockwave.events.writer import EventWriter
 from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
-from tests.slurm_fixtures import make_root, wait_for
+from tests.slurm_fixtures import make_root
 
 pytestmark = pytest.mark.slurm
 
@@ -41,7 +41,7 @@ def run_state():
         script = root / "job.sh"
         script.write_text("#!/bin/sh\nsleep 300\n")
         ids = [c.cli.sbatch(str(script), ["--gres=gpu:1", "--requeue", "--output=/dev/null", "-p", c.partition,
-                                          f"--comment=shockwave epochs=20 bs=32 max_bs=128 samples=5000",
+                                          "--comment=shockwave epochs=20 bs=32 max_bs=128 samples=5000",
                                           f"--job-name=j{i}"]) for i in range(4)]
         store = root / "events"
         store.mkdir()
@@ -62,7 +62,7 @@ def run_state():
                                                "metrics_port": port},
                                 "policy": {"name": "shockwave", "config": "tacc_32gpus.json"},
                                 "weights": {"users": {"root": 2.0}}}, "test")
-        cfg.slurm_env = dict(c.env)
+        cfg.slurm.env = dict(c.env)
         metrics = ControllerMetrics()
         server = metrics.serve(port)
         ctl = Controller(cfg, metrics=metrics)

@@ -41,6 +41,7 @@ class Lab:
         for name in ("shockwave-hook.sh", "shockwave_hook.py"):
             shutil.copy2(REPO / "prolog_epilog" / name, self.hooks / name)
         shutil.copy2(REPO / "slurm_shockwave" / "slurm" / "hints.py", self.hooks / "shockwave_hints.py")
+        shutil.copy2(REPO / "slurm_shockwave" / "events" / "layout.py", self.hooks / "shockwave_layout.py")
         (self.hooks / "shockwave-hook.conf").write_text(
             f"SHOCKWAVE_STORE={self.store}\nSHOCKWAVE_HOOK_LOG={self.hooks / 'hook.log'}\n")
         hook = self.hooks / "shockwave-hook.sh"

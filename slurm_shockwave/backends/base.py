@@ -19,9 +19,10 @@ its executors: a new backend is one subpackage plus one entry point.  `backend_c
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
+from solver.placement import check_placement, place
 from solver.types import ClusterView, RoundDecision
 
 ENTRY_POINT_GROUP = "slurm_shockwave.backends"
@@ -67,8 +68,9 @@ class ClusterBackend(abc.ABC):
     def done(self) -> bool: ...
 
     def round_context(self) -> dict:
-        """What the round's journal record keeps beside the views and the decision (per-job details the policy
-        does not see, the cluster's unmanaged load...), for status and explain.  JSON-safe."""
+        """What the round's record keeps beside the views and the decision, for status and explain: per-job
+        details the policy does not see under "jobs" ({str(job id): {...}}), cluster-wide ones (the cluster's
+        unmanaged load...) under other keys.  JSON-safe."""
         return {}
 
 
@@ -126,8 +128,10 @@ def backend_class(name: str) -> type[ServiceBackend]:
     return found[0].load()
 
 
-def check_decision(view: ClusterView, decision: RoundDecision) -> list:
-    """Validate a decision against the view: known jobs, no duplicates, capacity.  Returns the job ids."""
+def check_decision(view: ClusterView, decision: RoundDecision) -> RoundDecision:
+    """Validate a decision against the view (known jobs, no duplicates, capacity) and place it when the policy
+    did not (solver/placement.py); returns the placed decision, raises ValueError (one line) when it does not
+    fit."""
     gpus = {j.job_id: j.num_gpus for j in view.jobs}
     run = list(decision.run)
     if len(set(run)) != len(run):
@@ -138,4 +142,7 @@ def check_decision(view: ClusterView, decision: RoundDecision) -> list:
     used = sum(gpus[j] for j in run)
     if used > view.num_gpus:
         raise ValueError(f"round {view.round_index}: decision uses {used} GPUs of {view.num_gpus}")
-    return run
+    if not decision.placement:
+        decision = replace(decision, run=tuple(run), placement=place(view, run))
+    check_placement(view, decision)
+    return decision

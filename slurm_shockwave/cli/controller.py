@@ -1,4 +1,4 @@
-"""`shockwave controller run|check|uninstall`: the controller daemon (on Slurm by default).
+"""`shockwave controller run|check|uninstall|example-config`: the controller daemon (on Slurm by default).
 
 Exit status: 0 done; 1 the controller cannot run (state directory, state database, metrics port, another
 instance, Slurm/world problems found by `check`); 2 the config file is invalid (systemd's unit does not
@@ -84,7 +84,7 @@ def run(config_path, dry_run, max_rounds, log_json):
                 raise RunError(str(metrics_error(cfg.metrics_address, cfg.metrics_port, e))) from None
         ctl.install_signal_handlers()
         ctl.warn_at_start()
-        log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy,
+        log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy.name,
                  cfg.round_seconds, cfg.partition, " (dry run)" if cfg.dry_run else "")
         try:
             n = ctl.run(max_rounds=max_rounds)
@@ -133,3 +133,10 @@ def uninstall(config_path, as_json):
         emit_json(done)
     else:
         click.echo(f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}")
+
+
+@controller.command("example-config")
+def example_config():
+    """Print the commented reference config, every setting at its default (docs/config.example.toml)."""
+    from ..controller.config_example import example_toml
+    click.echo(example_toml(), nl=False)

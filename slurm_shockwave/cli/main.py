@@ -6,6 +6,7 @@ import logging
 import click
 
 from .. import __version__
+from ..plugins import load_policy_plugins
 from .simulate import simulate
 
 
@@ -16,6 +17,7 @@ def cli(verbose):
     """Shockwave: fair, efficient scheduling of adaptive deep-learning jobs on Slurm GPU clusters."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    load_policy_plugins()
 
 
 cli.add_command(simulate)

@@ -9,10 +9,21 @@ import click
 from ..data_files import DEFAULT_EXPERIMENT, EXPERIMENTS, experiment_paths
 from .common import OneLineError, console, emit_json
 
-REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
+
+class _SimulateCommand(click.Command):
+    """Its help ends with every policy the registry knows, read when the help is shown (importing the
+    policies costs most of a second, which other sub-commands should not pay)."""
+
+    def format_epilog(self, ctx, formatter):
+        from solver.policies import all_policies
+        with formatter.section("Policies"):
+            formatter.write_dl([(c.name, f"{c.label}: {c.description}"
+                                 + (f" (also {', '.join(c.aliases)})" if c.aliases else ""))
+                                for c in all_policies()])
+        super().format_epilog(ctx, formatter)
 
 
-@click.command()
+@click.command(cls=_SimulateCommand)
 @click.option("--trace", "workload", type=click.Path(dir_okay=False), default=None,
               help="A reference .trace or our job spec (.toml/.json/.jsonl). Default: the bundled 120-job trace.")
 @click.option("--throughputs", type=click.Path(dir_okay=False), default=None,
@@ -21,8 +32,7 @@ REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
 @click.option("--experiment", type=click.Choice(sorted(EXPERIMENTS)), default=DEFAULT_EXPERIMENT,
               show_default=True, help="Bundled reference experiment providing the defaults.")
 @click.option("--policy", "policy_name", default="shockwave", show_default=True,
-              help="shockwave, a baseline (max_min_fairness, finish_time_fairness, allox, max_sum_throughput, "
-                   "min_total_duration, gandiva_fair, fifo) or 'all'.")
+              help="A policy of the list below (its name or an alias), or 'all'.")
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
               help="Shockwave hyperparameters (JSON/TOML). Default: the built-in configuration, the same for "
                    "every workload (and the controller's default). The reference's per-experiment files are "
@@ -37,7 +47,7 @@ REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
 def simulate(workload, throughputs, gpus, experiment, policy_name, config, round_length, profile, as_json, output,
              progress):
     """Simulate POLICY on a workload and print the paper's metrics."""
-    from solver.policies import policy_names
+    from solver.policies import policy_class, policy_names
 
     from ..simulate import run_simulation
     from ..workload.errors import WorkloadError
@@ -55,7 +65,9 @@ def simulate(workload, throughputs, gpus, experiment, policy_name, config, round
     results = {}
     for name in names:
         try:
-            results[name] = run_simulation(workload, throughputs, gpus, name, round_length, cfg, profile,
+            model = policy_class(name).config_model            # --config goes to the policies it configures
+            results[name] = run_simulation(workload, throughputs, gpus, name, round_length,
+                                           cfg if model and isinstance(cfg, model) else None, profile,
                                            on_round=_progress(name, progress, as_json))
         except (WorkloadError, ValueError) as e:
             raise OneLineError(str(e)) from None
@@ -76,11 +88,17 @@ def simulate(workload, throughputs, gpus, experiment, policy_name, config, round
 
 
 def _load_config(path):
-    from solver.policies.shockwave import ShockwaveConfig
+    from pydantic import ValidationError
+
+    from ..loader import InputFileError
+    from ..policy_settings import from_file
+    from ..validation import describe
     try:
-        return ShockwaveConfig.from_file(path)
-    except (OSError, ValueError) as e:
-        raise OneLineError(f"{path}: {e}") from None
+        return from_file("shockwave", path)
+    except InputFileError as e:
+        raise OneLineError(str(e)) from None
+    except ValidationError as e:
+        raise OneLineError(f"{path}: " + "; ".join(describe(e))) from None
 
 
 _bar = {}
@@ -96,10 +114,10 @@ def _progress(name, progress, quiet):
         _bar["p"].start()
     task = _bar["p"].add_task(f"{name}", total=None)
 
-    def on_round(record, view):
+    def on_round(record):
         _bar["p"].update(task, advance=1,
-                         description=f"{name}: round {record.round_index}, t={view.now / 3600:.2f} h, "
-                                     f"{len(view.jobs)} active")
+                         description=f"{name}: round {record.round_index}, t={record.view.now / 3600:.2f} h, "
+                                     f"{len(record.view.jobs)} active")
     return on_round
 
 
@@ -125,6 +143,8 @@ def _reference_rows(workload, gpus, round_length):
 
 def _table(results, reference):
     from rich.table import Table
+
+    from solver.policies import policy_class
     t = Table(title="Simulation results" + (" (reference: shipped results of the Shockwave repository)"
                                              if reference else ""))
     for col in ("policy", "makespan s", "makespan/LB", "avg JCT s", "worst rho", "unfair % (>1.05)",
@@ -137,9 +157,9 @@ def _table(results, reference):
         m = r.metrics
         t.add_row(name, f"{m.makespan:,.0f}", f"{m.makespan_over_lb:.3f}", f"{m.avg_jct:,.0f}", f"{m.worst_rho:.3f}", f"{m.unfair_fraction:.2f}",
                   f"{m.unfair_fraction_1_1:.2f}", f"{m.utilization:.3f}", str(r.rounds), f"{r.wall_seconds:.1f}")
-        ref = reference.get(REFERENCE_NAMES.get(name, name))
+        ref = reference.get(policy_class(name).reference_name)
         if ref:
-            t.add_row(f"  reference", f"{ref['makespan']:,.0f}", "", f"{ref['avg_jct']:,.0f}", f"{ref['worst_rho']:.3f}",
+            t.add_row("  reference", f"{ref['makespan']:,.0f}", "", f"{ref['avg_jct']:,.0f}", f"{ref['worst_rho']:.3f}",
                       f"{ref['unfair_fraction']:.2f}", "", f"{ref['utilization']:.3f}", "", "", style="dim")
     console().print(t)
     lb = next(iter(results.values())).metrics.lower_bound if results else 0

@@ -164,7 +164,9 @@ def explain(job_id, config_path, state_dir, as_json):
                 f"{fmt_clock(out.get('expected_start'))}; queue position {out.get('position') or '-'}")
         plan = out["plan"]
         c.print(f"  plan: {plan.get('rounds_planned', '-')} of the window's rounds, next in round "
-                f"+{plan.get('next_planned_round_offset', '-')}, path {plan.get('path', '-')}")
+                f"+{plan.get('next_offset', '-')}, path {plan.get('path', '-')}")
+        if plan.get("rule"):
+            c.print(f"  placed this round by: {plan['rule']} ({plan.get('rule_text') or ''})")
         if plan.get("critical_path"):
             c.print("  priority: on the critical path (its remaining time sets the makespan if it waits)")
         elif plan.get("fair_finish_in_s") is not None:

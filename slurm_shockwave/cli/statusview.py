@@ -3,7 +3,12 @@ exact views and decision the controller acted on), plus the jobs table for jobs 
 quarantined since.  No recomputation with placeholder values: one predicted remaining time per job."""
 from __future__ import annotations
 
+import dataclasses
 import time
+
+from solver.types import RULES
+
+from ..journal.record import SHORT_HISTORY
 
 STALE_ROUNDS = 3
 
@@ -38,37 +43,39 @@ def last_finished_round(store):
         return None
 
 
-def _row_from_snapshot(jid: str, d: dict, snap: dict) -> dict:
-    plan = d.get("plan") or {}
-    running = (d.get("slurm_state") == "RUNNING")
-    remaining = plan.get("predicted_remaining_s")
+def _row_from_record(rec, v) -> dict:
+    """One status row of a job the latest round decided on: its view, plan record and Slurm context."""
+    plan, ctx = rec.plan(v.job_id), rec.job_context(v.job_id)
+    running = ctx.get("slurm_state") == "RUNNING"
+    remaining = plan.predicted_remaining_s
     return {
-        "job_id": jid, "user": (d.get("jobview") or {}).get("user", ""),
-        "account": (d.get("jobview") or {}).get("account", ""), "gpus": d.get("gpus"),
-        "state": d.get("slurm_state") or "?", "batch_size": d.get("batch_size"),
-        "epochs_done": d.get("epochs_done"), "total_epochs": d.get("total_epochs"),
-        "predicted_remaining_s": remaining, "eta_confidence": d.get("eta_confidence"),
-        "eta_source": d.get("eta_source"), "eta_detail": d.get("eta_detail"),
-        "rho_hat": plan.get("rho_hat"), "weight": d.get("weight"),
-        "rounds_planned": plan.get("rounds_planned"), "next_planned_round": plan.get("next_planned_round_offset"),
-        "planned_now": jid in set(snap.get("run") or ()),
-        "expected_start": plan.get("expected_start") if not running else d.get("start_time"),
-        "expected_end": ((plan.get("expected_start") or snap.get("now") or 0) + remaining
-                         if remaining is not None and plan.get("expected_start") is not None else None),
-        "submit_time": d.get("submit_time"), "restarts": d.get("restarts"),
-        "reason": plan.get("reason") or "not in this round's decision",
-        "warnings": list(d.get("warnings") or ()), "finished": False, "position": None}
+        "job_id": str(v.job_id), "user": v.user, "account": v.account, "gpus": v.num_gpus,
+        "state": ctx.get("slurm_state") or "?", "batch_size": v.batch_size,
+        "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
+        "predicted_remaining_s": remaining, "eta_confidence": ctx.get("eta_confidence"),
+        "eta_source": ctx.get("eta_source"), "eta_detail": ctx.get("eta_detail"),
+        "rho_hat": plan.rho_hat, "weight": v.weight, "rule": plan.rule or None,
+        "rounds_planned": plan.rounds_planned, "next_planned_round": plan.next_offset,
+        "planned_now": v.job_id in set(rec.run),
+        "expected_start": plan.expected_start if not running else ctx.get("start_time"),
+        "expected_end": ((plan.expected_start or rec.view.now or 0) + remaining
+                         if remaining is not None and plan.expected_start is not None else None),
+        "submit_time": ctx.get("submit_time"), "restarts": ctx.get("restarts"),
+        "reason": plan.reason or "not in this round's decision",
+        "warnings": list(ctx.get("warnings") or ()), "finished": False, "position": None}
 
 
 def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]]:
-    """(cluster summary, one row per job) from the latest snapshot; finished/quarantined jobs overlaid."""
-    snap = store.latest_view() or {}
+    """(cluster summary, one row per job) from the latest round record; finished/quarantined jobs overlaid."""
+    rec, recorded_at = store.latest_round() or (None, None)
+    cluster = {k: x for k, x in (rec.context if rec else {}).items() if k != "jobs"}
     cfg = store.get("config", {}) or {}
     last = store.last_round()
     done = last_finished_round(store)
     now = time.time()
-    round_length = float(snap.get("round_length") or cfg.get("round_seconds") or 120)
-    rows = {jid: _row_from_snapshot(jid, d, snap) for jid, d in (snap.get("jobs") or {}).items()}
+    round_length = float((rec.view.round_length if rec else 0) or cfg.get("round_seconds") or 120)
+    decided = {str(v.job_id) for v in rec.view.jobs} if rec else set()
+    rows = {str(v.job_id): _row_from_record(rec, v) for v in rec.view.jobs} if rec else {}
     for job in store.jobs(include_finished=True):
         jid, v = job["job_id"], job["view"] or {}
         if v.get("quarantined") or job["state"] == "QUARANTINED":
@@ -79,7 +86,6 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                          "reason": f"quarantined (left to Slurm, untouched): {v.get('quarantined') or '?'}",
                          "warnings": []}
         elif job["finished"] is not None and (jid in rows or include_finished):
-            from ..slurm.jobview import final_reason
             rows[jid] = {**rows.get(jid, {"gpus": job["gpus"], "user": job["user"], "account": job["account"],
                                          "batch_size": v.get("batch_size"), "predicted_remaining_s": None,
                                          "rho_hat": None, "warnings": []}),
@@ -95,25 +101,25 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                                 r.get("expected_start") or 0, -(r.get("rho_hat") or 0), int(r["job_id"])))
     for i, r in enumerate(pending):
         r["position"] = i + 1
-    unm = snap.get("unmanaged") or {}
-    capacity = int(snap.get("capacity") or 0)
-    partition = int(snap.get("partition_gpus") or capacity)
+    unm = cluster.get("unmanaged") or {}
+    capacity = int(rec.view.num_gpus) if rec else 0
+    partition = int(cluster.get("partition_gpus") or capacity)
     live = [r for r in out if not r.get("finished")]
     busy_managed = sum(r["gpus"] or 0 for r in live if r["state"] == "RUNNING")
     planned = sum(r["gpus"] or 0 for r in live if r.get("planned_now"))
     finished_at = done["finished"] if done else None
-    age = round(now - snap["recorded_at"], 1) if snap.get("recorded_at") else None
+    age = round(now - recorded_at, 1) if recorded_at else None
     since_done = round(now - finished_at, 1) if finished_at else None
     warnings = []
     if since_done is not None and since_done > STALE_ROUNDS * round_length:
         warnings.append(f"the controller has not finished a round for {since_done:.0f} s "
                         f"(more than {STALE_ROUNDS} rounds of {round_length:g} s): stopped or stuck; "
                         "this is an old snapshot")
-    if not snap:
+    if rec is None:
         warnings.append("no round snapshot yet (the controller has not completed a round)")
-    summary = {"round": snap.get("round", last["round"] if last else None),
+    summary = {"round": rec.round_index if rec else (last["round"] if last else None),
                "round_status": last["status"] if last else None,
-               "snapshot_at": snap.get("recorded_at"), "snapshot_age_s": age,
+               "snapshot_at": recorded_at, "snapshot_age_s": age,
                "last_round_at": last["started"] if last else None,
                "seconds_since_last_round": round(now - last["started"], 1) if last else None,
                "seconds_since_finished_round": since_done,
@@ -124,37 +130,57 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                "unmanaged_pending_gpus": int(unm.get("pending_gpus") or 0),
                "gpus_planned": planned, "planned_utilization": round(planned / capacity, 3) if capacity else None,
                "last_solve_seconds": last["decide_seconds"] if last else None,
-               "solver_path": snap.get("path"), "mode": snap.get("mode") or cfg.get("mode"),
-               "policy": cfg.get("policy"), "dry_run": snap.get("dry_run", cfg.get("dry_run")),
-               "round_seconds": round_length, "jobs": len(live), "fallback": snap.get("fallback"),
+               "solver_path": rec.decision.path if rec else None, "mode": cluster.get("mode") or cfg.get("mode"),
+               "policy": (rec.policy if rec else None) or cfg.get("policy"),
+               "dry_run": cluster.get("dry_run", cfg.get("dry_run")),
+               "round_seconds": round_length, "jobs": len(live), "fallback": rec.fallback if rec else None,
                "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0), "warnings": warnings,
                "quarantined": len([r for r in out if r["state"] == "QUARANTINED"])}
     if not include_finished:
-        out = [r for r in out if not r.get("finished") or r["job_id"] in (snap.get("jobs") or {})]
+        out = [r for r in out if not r.get("finished") or r["job_id"] in decided]
     return summary, out
 
 
 def explain_job(store, job_id: str) -> dict | None:
-    """Everything about one job from the same snapshot status reads (the exact view decided on)."""
+    """Everything about one job from the same round record status reads (the exact view decided on)."""
     summary, rows = status_rows(store, include_finished=True)
     row = next((r for r in rows if r["job_id"] == job_id), None)
     if row is None:
         return None
-    snap = store.latest_view() or {}
-    d = (snap.get("jobs") or {}).get(job_id) or {}
+    rec, _at = store.latest_round() or (None, None)
+    view = next((v for v in rec.view.jobs if str(v.job_id) == job_id), None) if rec else None
     known = {j["job_id"]: j for j in store.jobs(include_finished=True)}
-    v = (known.get(job_id) or {}).get("view") or d
+    v = (known.get(job_id) or {}).get("view") or {}
     posterior = {}
-    if d.get("jobview") and not row.get("finished"):
+    if view is not None and not row.get("finished"):
         from solver.predictor import predict_remaining
-
-        from ..slurm.jobview import view_from_dict
-        pred = predict_remaining(view_from_dict(d))
+        pred = predict_remaining(view)
         posterior = {"regimes": {str(k): x for k, x in pred.regimes.items()},
                      "alpha": {str(k): x for k, x in (pred.posterior_alpha or {}).items()}}
+    plan = dataclasses.asdict(rec.plan(view.job_id)) if view is not None else {}
+    plan["job_id"] = job_id
+    plan["path"] = rec.decision.path if rec else None
+    plan["rule_text"] = RULES.get(plan.get("rule") or "", "")
     actions = store.actions(job_id=job_id, limit=20)
+    history = list(view.bs_history) if view is not None else v.get("bs_history")
+    durations = ({str(k): d for k, d in view.epoch_duration_by_bs.items()} if view is not None
+                 else v.get("epoch_duration_by_bs") or {})
     return {**row, "round": summary["round"], "snapshot_age_s": summary["snapshot_age_s"],
-            "bs_history": v.get("bs_history"), "epoch_duration_by_bs": v.get("epoch_duration_by_bs") or {},
-            "min_bs": v.get("min_bs"), "max_bs": v.get("max_bs"), "posterior": posterior,
-            "plan": d.get("plan") or {}, "cluster_warnings": summary["warnings"],
+            "bs_history": history if history is None or len(history) <= SHORT_HISTORY else None,
+            "epoch_duration_by_bs": durations,
+            "min_bs": view.min_batch_size if view is not None else v.get("min_bs"),
+            "max_bs": view.max_batch_size if view is not None else v.get("max_bs"), "posterior": posterior,
+            "plan": plan, "cluster_warnings": summary["warnings"],
             "recent_actions": [{k: a[k] for k in ("round", "verb", "value", "status", "error")} for a in actions]}
+
+
+def final_reason(row: dict) -> str:
+    """What a finished job's line says: its final Slurm state, and "ended early" with its epochs."""
+    v = row.get("view") or {}
+    state = v.get("final_state") or row.get("state") or "FINISHED"
+    done, total = v.get("epochs_done"), v.get("total_epochs")
+    if v.get("ended_early"):
+        return f"ended early: {done}/{total} epochs, not requeued ({state})"
+    if total:
+        return f"finished: {state}, {done}/{total} epochs"
+    return f"finished: {state}"

@@ -47,7 +47,7 @@ def generate(jobs, gpus, seed, interarrival, min_hours, max_hours, num_durations
     """Generate a trace: job types from the throughputs file, a GNS/Accordion/static mix, 1/2/4/8-GPU jobs and
     Poisson arrivals, as the reference's scripts/utils/generate_trace.py (docs/job-spec.md)."""
     from ..data_files import THROUGHPUTS
-    from ..workload.errors import WorkloadError
+    from ..loader import InputFileError
     from ..workload.generate import GeneratorOptions, generate as gen, trace_name, trace_text
     from ..workload.throughputs import ThroughputTable
 
@@ -72,7 +72,7 @@ def generate(jobs, gpus, seed, interarrival, min_hours, max_hours, num_durations
     try:
         table = ThroughputTable.load(throughputs or THROUGHPUTS / "tacc_throughputs.json")
         text = trace_text(gen(opts, table))
-    except WorkloadError as e:
+    except InputFileError as e:          # the throughputs file, or a WorkloadError in it
         raise OneLineError(str(e)) from None
     if out is None:
         sys.stdout.write(text)

@@ -1,4 +1,4 @@
-"""The one round loop that drives every backend."""
-from .loop import RoundLoop, RoundRecord
+"""The one round loop that drives every backend, and the controller daemon that runs it as a service."""
+from .loop import RoundLoop
 
-__all__ = ["RoundLoop", "RoundRecord"]
+__all__ = ["RoundLoop"]

@@ -1,34 +1,10 @@
 """The controller's configuration file (TOML), validated at start and on SIGHUP: one line per problem.
 
-Example (docs/config.example.toml is the full, commented reference):
-
-    [controller]
-    round_seconds = 120            # length of a round
-    mode = "advisory"              # advisory | authoritative
-    partition = "gpu"              # the partition whose GPUs Shockwave plans
-    managed_by = "comment"         # comment: jobs whose --comment starts with `marker`; partition: all jobs
-    marker = "shockwave"
-    state_dir = "/var/lib/shockwave"
-    event_store = "/var/lib/shockwave/events"
-    grace_seconds = 60             # authoritative: signal, then requeuehold after this long
-    min_run_seconds = 120          # a (re)started job is not preempted before this (default: one round)
-    preempt_signal = "USR1"
-    site_factor = 1000000          # SiteFactor of planned jobs (deferred ones get 0)
-    metrics_port = 9108            # Prometheus; 0 = off
-    metrics_address = "127.0.0.1"  # where the metrics endpoint listens
-    slurm_timeout = 30
-
-    [policy]
-    name = "shockwave"             # or a baseline
-    config = "tacc_32gpus.json"    # Shockwave hyperparameters (a file), or a [policy.shockwave] table
-
-    [weights]                      # market budgets: per user and per account (multiplied)
-    users = { alice = 2.0 }
-    accounts = { physics = 1.5 }
-
-    [slurm]
-    bin_dir = "/usr/bin"           # where squeue, scontrol, ... live (default: $PATH)
-    env = { SLURM_CONF = "/etc/slurm/slurm.conf" }
+The models below are the configuration: each setting is stated once, with its type, bounds, default and a
+one-line description.  The settings of the `[controller]` table are the fields of `ControllerConfig` itself
+(`cfg.round_seconds`); every other table is a field holding its own model (`cfg.policy.name`,
+`cfg.weights.users`, `cfg.slurm.env`).  docs/config.example.toml, the commented reference, is written from
+them (`shockwave controller example-config`, config_example.py).
 
 Validation is pydantic v2 in strict mode: a string is never a number, a number is never a bool, nan and
 inf are refused, every bound is checked.  Every problem of one file is reported in one run, each on its
@@ -37,21 +13,20 @@ own line naming the key and the offending value (`ConfigError.problems`); the CL
 from __future__ import annotations
 
 import ipaddress
-import math
 import signal
-import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-MODES = ("advisory", "authoritative")
-MANAGED_BY = ("comment", "partition")
+from .. import policy_settings
+from ..loader import InputFileError, load
+from ..validation import describe, line, show
+
 #: signals that would kill or freeze a job instead of asking it to checkpoint
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
-#: keys whose change needs a restart (SIGHUP keeps the running value and says so)
-RESTART_ONLY = ("backend", "state_dir", "event_store", "metrics_port", "metrics_address")
+#: `json_schema_extra` of a setting whose change needs a restart (SIGHUP keeps the running value and says so)
+RESTART = {"restart": True}
 
 
 class ConfigError(ValueError):
@@ -60,9 +35,8 @@ class ConfigError(ValueError):
         self.problems = problems
 
 
-# ---------------------------------------------------------------------- the schema (pydantic, strict)
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, validate_assignment=True)
 
 
 def _text(value: str, what: str = "must not be empty") -> str:
@@ -73,25 +47,152 @@ def _text(value: str, what: str = "must not be empty") -> str:
     return value
 
 
-class ControllerSection(_Strict):
-    backend: str = Field("slurm", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")
-    round_seconds: float = Field(120.0, gt=0, le=86400)
-    mode: Literal["advisory", "authoritative"] = "advisory"
-    partition: str = Field("gpu", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-    managed_by: Literal["comment", "partition"] = "comment"
-    marker: str = Field("shockwave", min_length=1, max_length=100)
-    state_dir: str = Field("/var/lib/shockwave", max_length=4096)
-    event_store: str = Field("/var/lib/shockwave/events", max_length=4096)
-    grace_seconds: float = Field(60.0, ge=0, le=86400)
-    min_run_seconds: float | None = Field(None, ge=0, le=7 * 86400)
-    preempt_signal: str = "USR1"
-    site_factor: int = Field(1_000_000, ge=1, le=2147483645)
-    metrics_port: int = Field(0, ge=0, le=65535)
-    metrics_address: str = "127.0.0.1"
-    slurm_timeout: float = Field(30.0, gt=0, le=3600)
-    dry_run: bool = False
-    poll_seconds: float | None = Field(None, gt=0, le=3600)
-    min_round_seconds: float | None = Field(None, gt=0, le=86400)
+class PolicySection(_Strict):
+    """The policy that plans the rounds, and its settings."""
+
+    model_config = ConfigDict(extra="allow")        # [policy.<name>]: the named policy's settings (checked below)
+
+    name: str = Field("shockwave", min_length=1,
+                      description="shockwave, or a baseline: max_min_fairness, finish_time_fairness, allox, ...")
+    config: str | None = Field(None, min_length=1, examples=["tacc_32gpus.json"],
+                               description="a file of the policy's settings, instead of a [policy.<name>] table: "
+                                           "a path, or a bundled file (tacc_32gpus.json: the reference's settings "
+                                           "for its 32-GPU experiment); default: the policy's built-in settings")
+    _settings: BaseModel | None = PrivateAttr(None)
+
+    @property
+    def settings(self) -> BaseModel | None:
+        """The policy's validated settings (its defaults when none are given); None: the policy has none."""
+        if self._settings is None:
+            model = policy_settings.settings_model(self.name)
+            return model() if model is not None else None
+        return self._settings
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        policy_settings.policy_class(v)             # ValueError: unknown policy, and the known ones
+        return v
+
+    @model_validator(mode="after")
+    def _validate_settings(self):
+        self._settings = None
+        tables = dict(self.model_extra or {})
+        if self.config is None and not tables:
+            return self                                 # the policy's defaults, looked up when asked for
+        errors = self._problems(tables)
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    def _problems(self, tables: dict) -> list[dict]:
+        """Validate the settings given (a [policy.<name>] table or a file); their problems, located in this
+        table for a ValidationError ([] when they are valid)."""
+        own = policy_settings.policy_class(self.name)
+        mine = next((key for key in tables if key in (self.name, own.name)), None)
+        others = [{"type": "extra_forbidden", "loc": (key,), "input": value} if not isinstance(value, dict) else
+                  policy_settings.custom((key,), value, f"settings of another policy; those of policy.name = "
+                                                        f"{self.name!r} go in [policy.{own.name}]")
+                  for key, value in tables.items() if key != mine]
+        if others:
+            return others
+        where, given = ((mine,), tables[mine]) if mine is not None else (("config",), self.config)
+        if own.config_model is None:
+            return [policy_settings.custom(where, given, f"the {own.name} policy has no settings")]
+        if mine is None:
+            return self._read_file(own.name)
+        if self.config is not None:
+            return [policy_settings.custom(("config",), self.config, f"give either policy.config or a "
+                                                                      f"[policy.{mine}] table, not both")]
+        if not isinstance(given, dict):
+            return [{"type": "dict_type", "loc": where, "input": given}]
+        try:
+            self._settings = policy_settings.from_table(own.name, given)
+        except ValidationError as e:
+            return [policy_settings.rewrap(err, (mine, *err["loc"])) for err in e.errors(include_url=False)]
+        return []
+
+    def _read_file(self, name: str) -> list[dict]:
+        from ..data_files import CONFIGS
+        try:
+            self._settings = policy_settings.from_file(name, policy_settings.resolve(self.config, CONFIGS))
+        except ValidationError as e:
+            return [policy_settings.custom(("config",), self.config, line(err)) for err in e.errors(include_url=False)]
+        except InputFileError as e:
+            why = ("file not found (a path, or a bundled name such as tacc_32gpus.json)"
+                   if e.problem == "file not found" else str(e))
+            return [policy_settings.custom(("config",), self.config, why)]
+        return []
+
+
+Weight = Annotated[float, Field(gt=0, le=1e6)]
+
+
+class WeightsSection(_Strict):
+    """Market budgets: a job's weight is its user's times its account's (default 1)."""
+
+    users: dict[str, Weight] = Field(default_factory=dict, examples=[{"alice": 2.0}], description="per user")
+    accounts: dict[str, Weight] = Field(default_factory=dict, examples=[{"physics": 1.5}],
+                                        description="per Slurm account")
+
+
+class SlurmSection(_Strict):
+    """How the Slurm commands are run."""
+
+    bin_dir: str | None = Field(None, min_length=1, examples=["/usr/bin"],
+                                description="where squeue, sinfo, scontrol, ... are (default: $PATH)")
+    env: dict[str, str] = Field(default_factory=dict, examples=[{"SLURM_CONF": "/etc/slurm/slurm.conf"}],
+                                description="environment of the Slurm commands (SLURM_CONF: a non-default slurm.conf)")
+
+
+class ControllerConfig(_Strict):
+    """The rounds, the jobs the controller manages and where it keeps its state.
+
+    The fields before `policy` are the settings of the [controller] table; each other table is a field holding
+    a model of its own."""
+
+    backend: str = Field("slurm", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$",
+                         json_schema_extra=RESTART,
+                         description="the cluster backend (an entry point of slurm_shockwave.backends)")
+    round_seconds: float = Field(120.0, gt=0, le=86400, description="length of a round (the paper's 120 s)")
+    mode: Literal["advisory", "authoritative"] = Field(
+        "advisory", description="advisory: SiteFactor and hold/release only; authoritative: also preempt")
+    partition: str = Field("gpu", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$",
+                           description="the partition whose GPUs Shockwave plans (must exist and have gres GPUs)")
+    managed_by: Literal["comment", "partition"] = Field(
+        "comment", description="comment: the jobs whose --comment starts with `marker`; partition: all its jobs")
+    marker: str = Field("shockwave", min_length=1, max_length=100,
+                        description="the first word of a managed job's --comment")
+    state_dir: str = Field("/var/lib/shockwave", max_length=4096, json_schema_extra=RESTART,
+                           description="SQLite state (WAL) and the lock file; must be writable")
+    event_store: str = Field("/var/lib/shockwave/events", max_length=4096, json_schema_extra=RESTART,
+                             description="the training wrappers' event files, on a filesystem shared by all nodes "
+                                         "(layout and modes: docs/event-schema.md)")
+    grace_seconds: float = Field(60.0, ge=0, le=86400,
+                                 description="authoritative: the checkpoint signal, then requeuehold after this long")
+    min_run_seconds: float | None = Field(None, ge=0, le=7 * 86400, examples=[240.0],
+                                          description="a (re)started job is not preempted before this "
+                                                      "(default: one round)")
+    preempt_signal: str = Field("USR1", description="the checkpoint signal (the job templates catch USR1; USR2, "
+                                                    "TERM, INT, ...; never KILL)")
+    site_factor: int = Field(1_000_000, ge=1, le=2147483645,
+                             description="SiteFactor of planned jobs (deferred jobs get 0)")
+    metrics_port: int = Field(0, ge=0, le=65535, json_schema_extra=RESTART,
+                              description="Prometheus metrics endpoint; 0 = off")
+    metrics_address: str = Field("127.0.0.1", json_schema_extra=RESTART,
+                                 description="where the metrics endpoint listens (an IP address; 0.0.0.0 = all)")
+    slurm_timeout: float = Field(30.0, gt=0, le=3600, description="seconds per Slurm command")
+    dry_run: bool = Field(False, description="shadow mode: decide and log, enact nothing")
+    poll_seconds: float | None = Field(None, gt=0, le=3600, examples=[5.0],
+                                       description="while waiting for the next round, look at the queue this often; "
+                                                   "freed GPUs start an early round (default: min(5, round/4))")
+    min_round_seconds: float | None = Field(None, gt=0, le=86400, examples=[5.0],
+                                            description="but never sooner than this after the last round "
+                                                        "(default: min(round, 5))")
+    policy: PolicySection = Field(default_factory=PolicySection)
+    weights: WeightsSection = Field(default_factory=WeightsSection)
+    slurm: SlurmSection = Field(default_factory=SlurmSection)
+    _source: str = PrivateAttr("<defaults>")
 
     @field_validator("marker")
     @classmethod
@@ -129,242 +230,68 @@ class ControllerSection(_Strict):
             raise ValueError("must be an IP address such as 127.0.0.1, :: or 0.0.0.0") from None
         return v
 
-
-class PolicySection(_Strict):
-    name: str = Field("shockwave", min_length=1)
-    config: str | None = Field(None, min_length=1)
-    shockwave: dict | None = None
-
-
-Weight = Annotated[float, Field(gt=0, le=1e6)]
-
-
-class WeightsSection(_Strict):
-    users: dict[str, Weight] = {}
-    accounts: dict[str, Weight] = {}
-
-
-class SlurmSection(_Strict):
-    bin_dir: str | None = Field(None, min_length=1)
-    env: dict[str, str] = {}
-
-
-_SECTIONS = {"controller": ControllerSection, "policy": PolicySection, "weights": WeightsSection,
-             "slurm": SlurmSection}
-
-
-# ---------------------------------------------------------------------- what the rest of the code uses
-@dataclass
-class ControllerConfig:
-    backend: str = "slurm"                   # the cluster backend (entry point of slurm_shockwave.backends)
-    round_seconds: float = 120.0
-    mode: str = "advisory"
-    partition: str = "gpu"
-    managed_by: str = "comment"
-    marker: str = "shockwave"
-    state_dir: str = "/var/lib/shockwave"
-    event_store: str = "/var/lib/shockwave/events"
-    grace_seconds: float = 60.0
-    min_run_seconds: float | None = None     # a job runs at least this long before it is preempted (None: a round)
-    preempt_signal: str = "USR1"
-    site_factor: int = 1_000_000
-    metrics_port: int = 0
-    metrics_address: str = "127.0.0.1"
-    slurm_timeout: float = 30.0
-    dry_run: bool = False
-    poll_seconds: float | None = None        # squeue poll while waiting for the round (None: min(5, round/4))
-    min_round_seconds: float | None = None   # minimum gap before an early round (None: min(round, 5))
-    policy: str = "shockwave"
-    policy_config: dict = field(default_factory=dict)
-    user_weights: dict = field(default_factory=dict)
-    account_weights: dict = field(default_factory=dict)
-    slurm_env: dict = field(default_factory=dict)
-    slurm_bin_dir: str | None = None
-    source: str = "<defaults>"
-
-    def weight(self, user: str, account: str) -> float:
-        return float(self.user_weights.get(user, 1.0)) * float(self.account_weights.get(account, 1.0))
+    @property
+    def source(self) -> str:
+        """The file this configuration was read from."""
+        return self._source
 
     @property
     def state_path(self) -> Path:
         return Path(self.state_dir) / "state.sqlite"
 
-    def update_from(self, other: "ControllerConfig", keep=()) -> list[str]:
+    def weight(self, user: str, account: str) -> float:
+        return float(self.weights.users.get(user, 1.0)) * float(self.weights.accounts.get(account, 1.0))
+
+    def update_from(self, other: ControllerConfig, keep=()) -> list[str]:
         """Copy every setting of `other` into this object (in place), except `keep`; the names that changed."""
         changed = []
-        for f in fields(self):
-            if f.name in keep or f.name == "source":
-                continue
-            new = getattr(other, f.name)
-            if getattr(self, f.name) != new:
-                changed.append(f.name)
-                setattr(self, f.name, new)
-        self.source = other.source
+        for name in type(self).model_fields:
+            new = getattr(other, name)
+            if name not in keep and getattr(self, name) != new:
+                changed.append(name)
+                setattr(self, name, new)
+        self._source = other._source
         return changed
 
 
+#: the tables of a config file: [controller] holds ControllerConfig's own settings, the others a model each
+SECTIONS = ("controller", *(name for name, f in ControllerConfig.model_fields.items()
+                            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)))
+RESTART_ONLY = tuple(name for name, f in ControllerConfig.model_fields.items() if f.json_schema_extra == RESTART)
+
+
 def load_config(path) -> ControllerConfig:
-    path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: file not found"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{path}: is a directory, not a config file"]) from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError([f"{path}: {e}"]) from None
+        data = load(path, "toml")
+    except InputFileError as e:
+        raise ConfigError([str(e)]) from None
     return config_from_dict(data, str(path))
 
 
 def config_from_dict(data: dict, source: str = "<dict>") -> ControllerConfig:
-    """Validate every section on its own, so that one run reports every problem of the file."""
-    problems: list[str] = []
+    """Validate a whole file at once, so that one run reports every problem of it."""
     if not isinstance(data, dict):
-        raise ConfigError([f"{source}: must be a table of settings, got {_show(data)}"])
-    for name in data:
-        if name not in _SECTIONS:
-            problems.append(f"{source}: [{name}]: unknown section (known: {', '.join(sorted(_SECTIONS))})")
-    parsed = {}
-    for name, model in _SECTIONS.items():
-        try:
-            parsed[name] = model.model_validate(data.get(name, {}))
-        except ValidationError as e:
-            problems += [f"{source}: {line}" for line in describe(e.errors(), prefix=(name,))]
-    cfg = ControllerConfig(source=source)
-    if "controller" in parsed:
-        for name in ControllerSection.model_fields:
-            setattr(cfg, name, getattr(parsed["controller"], name))
-    if "weights" in parsed:
-        cfg.user_weights = dict(parsed["weights"].users)
-        cfg.account_weights = dict(parsed["weights"].accounts)
-    if "slurm" in parsed:
-        cfg.slurm_env = dict(parsed["slurm"].env)
-        cfg.slurm_bin_dir = parsed["slurm"].bin_dir
-    if "policy" in parsed:
-        cfg.policy = parsed["policy"].name
-        _check_policy(cfg, parsed["policy"], source, problems)
+        raise ConfigError([f"{source}: must be a table of settings, got {show(data)}"])
+    problems = [f"{source}: [{name}]: unknown section (known: {', '.join(sorted(SECTIONS))})"
+                for name in data if name not in SECTIONS]
+    own = data.get("controller", {})
+    if not isinstance(own, dict):
+        problems.append(f"{source}: {line({'type': 'model_type', 'loc': ('controller',), 'input': own})}")
+        own = {}
+    problems += [f"{source}: controller.{key}: unknown setting" for key in own if key in SECTIONS]
+    flat = {**{k: v for k, v in own.items() if k not in SECTIONS},
+            **{name: data[name] for name in SECTIONS[1:] if name in data}}
+    try:
+        cfg = ControllerConfig.model_validate(flat)
+    except ValidationError as e:
+        problems += [f"{source}: {p}" for p in describe(e, key=_file_key)]
     if problems:
         raise ConfigError(problems)
+    cfg._source = source
     return cfg
 
 
-def _check_policy(cfg: ControllerConfig, pol: PolicySection, source: str, problems: list[str]) -> None:
-    try:
-        from solver.policies import make_policy
-        if cfg.policy != "shockwave":
-            make_policy(cfg.policy)
-    except Exception as e:  # noqa: BLE001 - any failure to build the policy is a config problem
-        problems.append(f"{source}: policy.name = {cfg.policy!r}: {_first_line(e)}")
-        return
-    if cfg.policy == "shockwave":
-        cfg.policy_config = _shockwave_config(source, pol, problems)
-    elif pol.config is not None or pol.shockwave is not None:
-        problems.append(f"{source}: policy.config: only the shockwave policy takes hyperparameters "
-                        f"(policy.name = {cfg.policy!r})")
-
-
-def _shockwave_config(source: str, pol: PolicySection, problems: list[str]):
-    from solver.policies.shockwave import ShockwaveConfig
-    if pol.config is not None and pol.shockwave is not None:
-        problems.append(f"{source}: policy: give either policy.config or a [policy.shockwave] table, not both")
-        return {}
-    where = "policy.shockwave"
-    try:
-        if pol.config is not None:
-            ref = Path(pol.config)
-            where = f"policy.config = {pol.config!r}"
-            if not ref.is_absolute() and not ref.exists():
-                from ..data_files import CONFIGS
-                ref = CONFIGS / ref
-            return ShockwaveConfig.from_file(ref)
-        table = pol.shockwave or {}
-        bad = _shockwave_table_problems(ShockwaveConfig, table)
-        if bad:
-            problems += [f"{source}: policy.shockwave.{line}" for line in bad]
-            return {}
-        return ShockwaveConfig.from_dict(table)
-    except ValidationError as e:
-        problems += [f"{source}: {where}: {line}" for line in describe(e.errors())]
-    except FileNotFoundError:
-        problems.append(f"{source}: {where}: file not found (a path, or a bundled name such as tacc_32gpus.json)")
-    except Exception as e:  # noqa: BLE001 - OSError, ValueError, TypeError, JSON errors: all one line
-        problems.append(f"{source}: {where}: {_first_line(e)}")
-    return {}
-
-
-def _shockwave_table_problems(cls, table: dict) -> list[str]:
-    """Every unknown key and every bad value of an inline [policy.shockwave] table (ShockwaveConfig itself
-    ignores unknown keys, which are legitimate in the reference's JSON files, and stops at its first error)."""
-    fields_ = getattr(cls, "model_fields", None) or {f.name: f for f in fields(cls)}
-    known = {("lambda" if name == "lambda_" else name) for name in fields_}
-    out = []
-    for key, value in table.items():
-        if key not in known:
-            out.append(f"{key}: unknown setting (known: {', '.join(sorted(known))})")
-            continue
-        try:
-            cls.from_dict({key: value})
-        except Exception as e:  # noqa: BLE001 - its errors are ValueError/TypeError, one line each
-            out.append(f"{key} = {_show(value)}: {_first_line(e)}")
-    return out
-
-
-# ---------------------------------------------------------------------- messages
-def describe(errors, prefix=()) -> list[str]:
-    """pydantic errors -> one line each: `controller.round_seconds = inf: must be a finite number`."""
-    out = []
-    for err in errors:
-        loc = [str(p) for p in (*prefix, *err.get("loc", ()))]
-        key = ".".join(loc)
-        kind = err.get("type", "")
-        value = err.get("input")
-        if kind == "extra_forbidden":
-            out.append(f"{key}: unknown setting")
-            continue
-        if kind == "model_type":
-            out.append(f"[{key}]: must be a table, got {_show(value)}" if key else
-                       f"must be a table of settings, got {_show(value)}")
-            continue
-        out.append(f"{key} = {_show(value)}: {_message(err)}" if key else _message(err))
-    return out
-
-
-def _message(err) -> str:
-    kind, ctx = err.get("type", ""), err.get("ctx") or {}
-    msg = {
-        "finite_number": "must be a finite number (not nan or inf)",
-        "float_type": "must be a number",
-        "int_type": "must be an integer",
-        "string_type": "must be a string",
-        "bool_type": "must be true or false",
-        "dict_type": "must be a table",
-        "greater_than": f"must be > {_num(ctx.get('gt'))}",
-        "greater_than_equal": f"must be >= {_num(ctx.get('ge'))}",
-        "less_than": f"must be < {_num(ctx.get('lt'))}",
-        "less_than_equal": f"must be <= {_num(ctx.get('le'))}",
-        "string_too_short": "must not be empty",
-        "string_too_long": f"must be at most {ctx.get('max_length')} characters",
-        "string_pattern_mismatch": "must be a plain name (letters, digits, _ . -)",
-        "literal_error": f"must be one of {ctx.get('expected')}",
-    }.get(kind)
-    if msg is None:
-        msg = str(err.get("msg", "invalid"))
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-    return _first_line(msg)
-
-
-def _num(x):
-    return int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 1e15 else x
-
-
-def _show(value) -> str:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _first_line(e) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
+def _file_key(loc: tuple) -> str:
+    """Where a setting is in the file: `controller.round_seconds`, `weights.users.alice`."""
+    parts = [str(p) for p in loc]
+    return ".".join(parts if parts and parts[0] in SECTIONS else ["controller", *parts])

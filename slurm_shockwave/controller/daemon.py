@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sqlite3
@@ -76,7 +77,7 @@ class Controller:
             reader = EventReader(cfg.event_store)
         self.reader = reader
         self.metrics = metrics
-        self.policy = make_policy(cfg.policy, cfg.policy_config or None)
+        self.policy = make_policy(cfg.policy.name, cfg.policy.settings)
         saved = self.state.get("policy_state")
         if saved and hasattr(self.policy, "load_state_dict"):
             try:
@@ -85,12 +86,13 @@ class Controller:
                 log.warning("could not restore the policy state; starting it fresh")
         self.backend = backend_class(cfg.backend).from_config(cfg, self.state, reader, metrics, clock,
                                                               **backend_options)
-        self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal_decision, on_round=self._after)
+        self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal, on_round=self._after, explain=True,
+                              mode=cfg.mode)
         self._reload_requested = False
         self._storage_down_since: float | None = None
         self._rounds_done = 0
         self._try_write(lambda: self.state.put("config", {
-            "mode": cfg.mode, "round_seconds": cfg.round_seconds, "partition": cfg.partition, "policy": cfg.policy,
+            "mode": cfg.mode, "round_seconds": cfg.round_seconds, "partition": cfg.partition, "policy": cfg.policy.name,
             "dry_run": cfg.dry_run, "pid": os.getpid(), "started": time.time()}))
         if metrics:
             metrics.round_length.set(cfg.round_seconds)
@@ -204,13 +206,14 @@ class Controller:
             return False
         new.dry_run = new.dry_run or self.force_dry_run
         kept = [k for k in RESTART_ONLY if getattr(new, k) != getattr(self.cfg, k)]
-        old_policy = (self.cfg.policy, self.cfg.policy_config)
+        old_policy = (self.cfg.policy.name, self.cfg.policy.settings)
         changed = self.cfg.update_from(new, keep=RESTART_ONLY)
         self.backend.reconfigure(self.cfg)
-        if (self.cfg.policy, self.cfg.policy_config) != old_policy:
-            self.policy = make_policy(self.cfg.policy, self.cfg.policy_config or None)
+        self.loop.mode = self.cfg.mode
+        if (self.cfg.policy.name, self.cfg.policy.settings) != old_policy:
+            self.policy = make_policy(self.cfg.policy.name, self.cfg.policy.settings)
             self.loop.policy = self.policy
-            log.info("SIGHUP: policy is now %s (its learned state starts fresh)", self.cfg.policy)
+            log.info("SIGHUP: policy is now %s (its learned state starts fresh)", self.cfg.policy.name)
         if self.metrics:
             self.metrics.config_reloads.labels("ok").inc()
             self.metrics.round_length.set(self.cfg.round_seconds)
@@ -220,16 +223,11 @@ class Controller:
         return True
 
     # ------------------------------------------------------------------ hooks
-    def _journal_decision(self, view, decision, elapsed, fallback) -> None:
-        gpus = {j.job_id: j.num_gpus for j in view.jobs}
-        planned = sum(gpus.get(j, 0) for j in decision.run)
+    def _journal(self, record) -> None:
+        """The round's one record, journalled before anything is enacted, with the policy's own state."""
+        view = record.view
         busy = sum(j.num_gpus for j in view.jobs if j.ran_last_round)
-        info = {"run": list(decision.run), "now": view.now, "round_length": view.round_length,
-                "capacity": view.num_gpus, "mode": self.cfg.mode, "dry_run": self.cfg.dry_run,
-                "policy": getattr(self.policy, "name", "?"), "fallback": fallback,
-                "decision": decision.info}
-        self.state.record_decision(view.round_index, len(view.jobs), decision.run, elapsed, self.cfg.mode, fallback,
-                                   info, view.num_gpus, busy)
+        self.state.record_round(record, busy)
         if hasattr(self.policy, "state_dict"):
             try:
                 self.state.put("policy_state", self.policy.state_dict())
@@ -238,30 +236,31 @@ class Controller:
             except Exception:  # noqa: BLE001
                 log.warning("policy state not saved", exc_info=True)
         if self.metrics:
-            self._round_metrics(view, decision, elapsed, fallback, planned, busy)
+            self._round_metrics(record, busy)
 
-    def _round_metrics(self, view, decision, elapsed, fallback, planned, busy) -> None:
-        m = self.metrics
-        m.solve_seconds.observe(elapsed)
-        if fallback:
+    def _round_metrics(self, record, busy) -> None:
+        m, view, decision = self.metrics, record.view, record.decision
+        gpus = {j.job_id: j.num_gpus for j in view.jobs}
+        m.solve_seconds.observe(record.decide_seconds)
+        if record.fallback:
             m.fallbacks.labels("loop").inc()
-        if (decision.info or {}).get("path") == "fallback":
+        if decision.path == "fallback":
             m.fallbacks.labels("solver").inc()
         m.gpus_capacity.set(view.num_gpus)
-        m.gpus_planned.set(planned)
+        m.gpus_planned.set(sum(gpus.get(j, 0) for j in decision.run))
         m.gpus_used.set(busy)
         states = {"running": 0, "pending": 0}
         for j in view.jobs:
             states["running" if j.ran_last_round else "pending"] += 1
         for k, v in states.items():
             m.jobs.labels(k).set(v)
-        for j in (decision.info or {}).get("jobs", {}).values():
-            if isinstance(j, dict) and j.get("rho_hat") is not None:
-                m.rho_hat.observe(float(j["rho_hat"]))
+        for plan in decision.plans.values():
+            if plan.rho_hat is not None and math.isfinite(plan.rho_hat):
+                m.rho_hat.observe(float(plan.rho_hat))
         if self.reader is not None:
-            m.set_event_counts(getattr(self.reader, "accepted", 0) or 0, dict(getattr(self.reader, "rejected", {})))
+            m.set_event_counts(self.reader.accepted, dict(self.reader.rejected))
 
-    def _after(self, record, view) -> None:
+    def _after(self, record) -> None:
         self.state.finish_round(record.round_index, "done")
         now = time.time()
         if self._storage_down_since is not None:
@@ -274,7 +273,7 @@ class Controller:
             m.enacting.set(0 if self.cfg.dry_run else 1)
             m.last_round.set(now)
             m.round_index.set(record.round_index)
-        log.info("round %d: %d active, %d planned, %.3f s to decide%s", record.round_index, record.active,
+        log.info("round %d: %d active, %d planned, %.3f s to decide%s", record.round_index, len(record.view.jobs),
                  len(record.run), record.decide_seconds, " (fallback)" if record.fallback else "")
         if self._rounds_done % PARTITION_WARN_EVERY == 0:
             self._check_partition()

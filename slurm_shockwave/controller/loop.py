@@ -1,72 +1,71 @@
-"""RoundLoop: cluster state -> policy -> decision -> check -> backend, once per round.
+"""RoundLoop: cluster state -> policy -> decision -> placement and check -> record -> backend, once per round.
 
-The simulator is this loop on a SimulatedCluster; the Slurm controller is this loop on the Slurm backend.
-Every decision is checked against the view before enactment (known jobs, no job twice, capacity) on every
-backend.  A policy that raises, or whose decision fails the check, does not stop the loop: the round uses
-THE fallback (`fallback_decision`: least attained service per weight first, whole gangs, never over
-capacity; the same rule the Shockwave policy uses when it has neither a solution nor a cached plan) and the
-error is logged.
+The simulator is this loop on a SimulatedCluster; the controller is this loop on a service backend (Slurm).
+Every decision is placed (solver/placement.py) and checked against the view before enactment (known jobs,
+no job twice, every gang on GPUs of its type within capacity) on every backend.  A policy that raises, or
+whose decision fails the check, does not stop the loop: the round uses THE fallback (`fallback_decision`:
+least attained service per weight first, whole gangs, never over capacity; the same rule the Shockwave policy
+uses when it has neither a solution nor a cached plan) and the error is logged.
+
+Each round makes one `RoundRecord` (journal/record.py).  With `explain=True` (the controller) the decision's
+plan records are completed with one human reason per job (reasons.py) before the record is made; the
+`on_decision` hook sees the record before enactment (the controller journals it there), `on_round` after.
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 from solver.market.plan import max_min_round
-from solver.types import ClusterView, RoundDecision
+from solver.types import ClusterView, JobPlan, RoundDecision
 
-from ..backends.base import ClusterBackend, check_decision
+from ..backends.base import check_decision
+from ..journal.record import RoundRecord
 from .reasons import annotate
 
 log = logging.getLogger("slurm_shockwave.loop")
 
 
-@dataclass
-class RoundRecord:
-    round_index: int
-    now: float
-    active: int
-    run: tuple
-    decide_seconds: float
-    fallback: bool = False
-    info: dict = field(default_factory=dict)
-
-
 def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDecision:
     """The one fallback: max-min fairness in attained run time (solver.market.plan.max_min_round)."""
-    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time) for j in view.jobs]
-    run = max_min_round(rows, view.num_gpus)
-    return RoundDecision(run=tuple(run), info={"path": "fallback", "fallback": why, "jobs": {}})
+    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time, j.gpu_type) for j in view.jobs]
+    run = tuple(max_min_round(rows, view.capacity))
+    return RoundDecision(run=run, plans={j: JobPlan(j, rule="fallback") for j in run}, path="fallback",
+                         fallback_reason=why)
 
 
 class RoundLoop:
-    def __init__(self, backend: ClusterBackend, policy, on_round=None, keep_info: bool = False,
-                 on_decision=None):
+    def __init__(self, backend, policy, on_round=None, keep_records: bool = False, on_decision=None,
+                 explain: bool = False, mode: str | None = None):
         self.backend = backend
         self.policy = policy
         self.on_round = on_round
-        self.on_decision = on_decision     # called before enactment (the controller journals the plan)
-        self.keep_info = keep_info
+        self.on_decision = on_decision     # called with the record before enactment (the controller journals it)
+        self.keep_records = keep_records
+        self.explain = explain
+        self.mode = mode                   # advisory | authoritative: how a running job's reason reads
         self.records: list[RoundRecord] = []
+        self.rounds = 0
+        self.fallbacks = 0
         self.decide_seconds = 0.0
+        # GPU-rounds placed by each rule (types.RULES), in every round and in contested rounds (more GPUs
+        # asked for than the cluster has): what decides, measured, not advertised
+        self.gpu_rounds: dict[str, dict[str, int]] = {"all": {}, "contested": {}}
 
     def decide(self, view: ClusterView) -> tuple[RoundDecision, bool]:
-        """The policy's decision, checked; the fallback (and True) when the policy fails or the check does."""
+        """The policy's decision, placed and checked; the fallback (and True) when the policy fails or the check
+        does."""
+        name = self.policy.name
         try:
             decision = self.policy.decide(view)
         except Exception:  # noqa: BLE001 - the loop must survive any policy failure
-            log.exception("policy %s failed in round %d; using the fallback",
-                          getattr(self.policy, "name", "?"), view.round_index)
-            return fallback_decision(view, "policy raised"), True
+            log.exception("policy %s failed in round %d; using the fallback", name, view.round_index)
+            return check_decision(view, fallback_decision(view, "policy raised")), True
         try:
-            check_decision(view, decision)
+            return check_decision(view, decision), False
         except ValueError as e:
-            log.error("policy %s: rejected decision (%s); using the fallback", getattr(self.policy, "name", "?"), e)
-            return fallback_decision(view, f"decision rejected: {e}"), True
-        if not isinstance(decision.info, dict):
-            decision = RoundDecision(run=tuple(decision.run), info=dict(decision.info or {}))
-        return decision, False
+            log.error("policy %s: rejected decision (%s); using the fallback", name, e)
+            return check_decision(view, fallback_decision(view, f"decision rejected: {e}")), True
 
     def run_round(self) -> RoundRecord:
         view = self.backend.observe()
@@ -74,25 +73,42 @@ class RoundLoop:
         decision, fallback = self.decide(view)
         elapsed = time.perf_counter() - started
         self.decide_seconds += elapsed
-        record_plan = getattr(self.backend, "record_plan", None)
-        if record_plan is not None or self.on_decision is not None:     # someone reads the explanations
-            mode = getattr(getattr(self.backend, "cfg", None), "mode", None)
+        if self.explain:
             try:
-                annotate(view, decision, mode)
+                decision = annotate(view, decision, self.mode)
             except Exception:  # noqa: BLE001 - explanations never stop a round
                 log.exception("round %d: could not annotate the decision", view.round_index)
+        record = RoundRecord(view, decision, elapsed, fallback, self.policy.name, self.backend.round_context())
         if self.on_decision is not None:
-            self.on_decision(view, decision, elapsed, fallback)
-        if record_plan is not None:
-            record_plan(view, decision, fallback)
+            self.on_decision(record)
         self.backend.apply(decision)
-        record = RoundRecord(view.round_index, view.now, len(view.jobs), tuple(decision.run), elapsed, fallback,
-                             dict(decision.info) if self.keep_info else {})
-        self.records.append(record)
+        self.rounds += 1
+        self.fallbacks += int(fallback)
+        self._count_rules(view, decision)
+        if self.keep_records:
+            self.records.append(record)
         if self.on_round is not None:
-            self.on_round(record, view)
+            self.on_round(record)
         self.backend.advance()
         return record
+
+    def _count_rules(self, view: ClusterView, decision: RoundDecision) -> None:
+        gpus = {j.job_id: j.num_gpus for j in view.jobs}
+        contested = sum(gpus.values()) > view.num_gpus
+        for jid in decision.run:
+            plan = decision.plans.get(jid)
+            rule = (plan.rule if plan is not None else "") or "policy"
+            for scope in ("all", "contested") if contested else ("all",):
+                counts = self.gpu_rounds[scope]
+                counts[rule] = counts.get(rule, 0) + gpus[jid]
+
+    def decided_by(self) -> dict:
+        """{scope: {rule: share of the GPU-rounds it placed}} for scope "all" and "contested"."""
+        out = {}
+        for scope, counts in self.gpu_rounds.items():
+            total = sum(counts.values())
+            out[scope] = {rule: round(n / total, 4) for rule, n in sorted(counts.items())} if total else {}
+        return out
 
     def run(self, max_rounds: int | None = None) -> None:
         n = 0

@@ -65,6 +65,6 @@ def check_event_store(root) -> list[str]:
 
 
 def summary(cfg) -> dict:
-    return {"source": cfg.source, "mode": cfg.mode, "round_seconds": cfg.round_seconds, "policy": cfg.policy,
+    return {"source": cfg.source, "mode": cfg.mode, "round_seconds": cfg.round_seconds, "policy": cfg.policy.name,
             "partition": cfg.partition, "managed_by": cfg.managed_by, "state_dir": cfg.state_dir,
             "event_store": cfg.event_store}

@@ -1,13 +1,17 @@
 """One human reason per job, from this round's decision (never from an older plan).
 
-`annotate(view, decision, mode)` fills decision.info["jobs"][job] with `reason`, `planned_now` and
-`expected_start` (view clock seconds; None = not in the planned window).  The controller journals these,
+`annotate(view, decision, mode)` returns the decision with every active job's plan record (solver.types.JobPlan)
+completed with `reason` and `expected_start` (view clock seconds; None = not in the planned window); nothing is
+mutated.  The controller journals these,
 `status`/`explain` print them, and the enactor may copy the reason into the job's AdminComment so a user of
 plain `squeue -O admincomment` sees e.g. "shockwave: deferred, planned at 14:32".
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+from solver.types import JobPlan
 
 
 def _at(t: float, now: float) -> str:
@@ -36,21 +40,16 @@ def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode:
     return f"deferred: not planned in the window{span}; fair share of others comes first", None
 
 
-def annotate(view, decision, mode: str | None = None) -> None:
-    """Fill decision.info["jobs"][job]["reason" | "planned_now" | "expected_start"] in place."""
-    info = decision.info
-    jobs = info.setdefault("jobs", {}) if isinstance(info, dict) else {}
+def annotate(view, decision, mode: str | None = None):
+    """The decision with a plan record for every active job, each with its reason and expected start."""
     run = set(decision.run)
-    path = info.get("path") if isinstance(info, dict) else None
-    window = info.get("window_rounds") if isinstance(info, dict) else None
+    plans = {}
     for j in view.jobs:
-        m = jobs.get(j.job_id)
-        if not isinstance(m, dict):
-            m = jobs[j.job_id] = {}
+        plan = decision.plans.get(j.job_id) or JobPlan(j.job_id)
         planned_now = j.job_id in run
-        offset = m.get("next_planned_round_offset")
-        if planned_now:
-            offset = 0
-        text, start = reason_for(j.ran_last_round, planned_now, offset, path, mode, view.round_length, view.now,
-                                 window)
-        m["reason"], m["planned_now"], m["expected_start"] = text, planned_now, start
+        offset = 0 if planned_now else plan.next_offset
+        text, start = reason_for(j.ran_last_round, planned_now, offset, decision.path, mode, view.round_length,
+                                 view.now, decision.window_rounds)
+        rule = plan.rule or ("policy" if planned_now else "")      # a baseline: its own rule placed the job
+        plans[j.job_id] = replace(plan, rule=rule, reason=text, expected_start=start, next_offset=offset)
+    return replace(decision, plans=plans)

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
+from .layout import EVENTS_NAME, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR, system_file_name
 from .schema import (MAX_FUTURE_S, MAX_LINE_BYTES, SYSTEM_KINDS, Event, decode_line,
                      is_valid_job_id)
 from .store import FileRejected, job_file_candidates, list_job_ids, open_for_read
@@ -151,19 +152,19 @@ class EventReader:
     def _target(self, job_id: str, system: bool, uid: int | None):
         """(key, open_for_read kwargs) of the file to read, or (key, reason) when it is ambiguous."""
         if system:
-            return f"_system/{job_id}.jsonl", {"system": True, "allowed_uids": self.system_uids}
+            return f"{SYSTEM_DIR}/{system_file_name(job_id)}", {"system": True, "allowed_uids": self.system_uids}
         if uid is None:
             cands = job_file_candidates(self.root, job_id)
             if len(cands) > 1:
-                return f"users/*/{job_id}/events.jsonl", "ambiguous_owner"
+                return f"{USERS_DIR}/*/{job_id}/{EVENTS_NAME}", "ambiguous_owner"
             if not cands:
-                return f"{job_id}/events.jsonl", {"legacy": True, "allowed_uids": None}
+                return f"{job_id}/{EVENTS_NAME}", {"legacy": True, "allowed_uids": None}
             uid = cands[0]
-        key = f"users/{uid}/{job_id}/events.jsonl"
+        key = f"{USERS_DIR}/{uid}/{job_id}/{EVENTS_NAME}"
         kw = {"uid": uid, "allowed_uids": frozenset({uid})}
-        if not os.path.lexists(os.path.join(self.root, "users", str(uid), job_id)) and \
+        if not os.path.lexists(os.path.join(self.root, USERS_DIR, str(uid), job_id)) and \
                 os.path.lexists(os.path.join(self.root, job_id)):
-            return f"{job_id}/events.jsonl", {"legacy": True, "allowed_uids": frozenset({uid})}
+            return f"{job_id}/{EVENTS_NAME}", {"legacy": True, "allowed_uids": frozenset({uid})}
         return key, kw
 
     def _read_file(self, job_id: str, system: bool, uid: int | None, *, incremental: bool,
@@ -210,7 +211,8 @@ class EventReader:
                 self._state.pop(key, None)
                 self._file_rejects.pop(key, None)
             for system in (True, False):
-                self._file_rejects.pop(f"_system/{j}.jsonl" if system else f"{j}/events.jsonl", None)
+                self._file_rejects.pop(f"{SYSTEM_DIR}/{system_file_name(j)}" if system else f"{j}/{EVENTS_NAME}",
+                                       None)
             self.rejected_lines.pop(j, None)
 
     def _scan(self, fd: int, job_id: str, key: str, system: bool, state: _FileState,
@@ -276,12 +278,12 @@ def _key_job(key: str) -> str | None:
     """The job id of an offsets key (``users/<uid>/<job>/events.jsonl``, ``<job>/events.jsonl`` or
     ``_system/<job>.jsonl``), or None if the key is malformed."""
     parts = key.split("/")
-    if len(parts) == 2 and parts[0] == "_system" and parts[1].endswith(".jsonl"):
-        job = parts[1][:-len(".jsonl")]
-    elif len(parts) == 2 and parts[1] == "events.jsonl":
+    if len(parts) == 2 and parts[0] == SYSTEM_DIR and parts[1].endswith(SYSTEM_SUFFIX):
+        job = parts[1][:-len(SYSTEM_SUFFIX)]
+    elif len(parts) == 2 and parts[1] == EVENTS_NAME:
         job = parts[0]
-    elif (len(parts) == 4 and parts[0] == "users" and parts[1].isascii() and parts[1].isdigit()
-          and len(parts[1]) <= 10 and parts[3] == "events.jsonl"):
+    elif (len(parts) == 4 and parts[0] == USERS_DIR and parts[1].isascii() and parts[1].isdigit()
+          and len(parts[1]) <= 10 and parts[3] == EVENTS_NAME):
         job = parts[2]
     else:
         return None

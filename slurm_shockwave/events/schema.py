@@ -12,22 +12,19 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-SCHEMA_VERSION = 1
-#: Maximum encoded line length in bytes, newline included.  Writers refuse longer
-#: lines; readers reject them.  4096 = Linux PIPE_BUF, small enough for one write(2).
-MAX_LINE_BYTES = 4096
+from .layout import (FIELD_SPECS, LOCAL_JOB_ID, MAX_LINE_BYTES, SCHEMA_VERSION, SLURM_JOB_ID,  # noqa: F401
+                     encode_line)
+
 #: Timestamps further than this in the future (s) are rejected (clock skew allowance).
 MAX_FUTURE_S = 300.0
 #: Timestamps before this (2001-09-09) are rejected as absurd.
 MIN_TS = 1_000_000_000.0
-#: Upper bound for batch sizes and epoch counts ("absurd" above).
-MAX_COUNT = 10_000_000
 
 JOB_KINDS = frozenset({"start", "epoch_end", "batch_size_change", "checkpoint", "exit", "signal"})
 SYSTEM_KINDS = frozenset({"prolog_start", "prolog_end", "epilog_start", "epilog_end", "requeue"})
 KINDS = JOB_KINDS | SYSTEM_KINDS
 
-_JOB_ID_RE = re.compile(r"(?:[0-9]{1,15}(?:_[0-9]{1,9})?|local-[0-9]{1,24})\Z")
+_JOB_ID_RE = re.compile(rf"(?:{SLURM_JOB_ID}|{LOCAL_JOB_ID})\Z")
 
 
 class JobIdError(ValueError):
@@ -47,34 +44,6 @@ def check_job_id(job_id: object) -> str:
         raise JobIdError(f"invalid job id {shown}: expected digits, digits_digits or local-digits")
     return s  # type: ignore[return-value]
 
-
-# field name -> (type, min, max).  type is "int", "num" (int or float) or "str" (max = max length).
-_F = float("inf")
-FIELD_SPECS: dict[str, tuple[str, float, float]] = {
-    "restart": ("int", 0, 100_000),
-    "epoch": ("int", 0, MAX_COUNT),
-    "total_epochs": ("int", 1, MAX_COUNT),
-    "samples_per_epoch": ("int", 1, 1e12),
-    "samples": ("int", 0, 1e12),
-    "batch_size": ("int", 1, MAX_COUNT),
-    "old_batch_size": ("int", 1, MAX_COUNT),
-    "min_batch_size": ("int", 1, MAX_COUNT),
-    "max_batch_size": ("int", 1, MAX_COUNT),
-    "gpus": ("int", 0, 100_000),
-    "duration_s": ("num", 1e-6, 1e7),
-    "throughput": ("num", 1e-9, 1e10),
-    "throughput_bs": ("int", 1, MAX_COUNT),
-    "throughput_gpus": ("int", 0, 100_000),
-    "gns": ("num", 0, 1e12),
-    "peak_mem_bytes": ("int", 0, 1e16),
-    "exit_code": ("int", -255, 255),
-    "signal": ("int", 0, 128),
-    "pid": ("int", 1, 2**31),
-    "path": ("str", 1, 1024),
-    "reason": ("str", 0, 256),
-    "host": ("str", 1, 255),
-    "source": ("str", 1, 64),
-}
 
 REQUIRED: dict[str, tuple[str, ...]] = {
     "start": (),
@@ -263,12 +232,3 @@ def make_record(kind: str, job: str, restart: int = 0, ts: float | None = None,
     if reason:
         raise ValueError(f"invalid {kind} event: {reason}")
     return rec
-
-
-def encode_line(record: Mapping[str, Any]) -> bytes:
-    """JSON-encode one record as a single newline-terminated line (<= MAX_LINE_BYTES)."""
-    data = (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-            + "\n").encode("ascii")
-    if len(data) > MAX_LINE_BYTES:
-        raise ValueError(f"event line is {len(data)} bytes, over the {MAX_LINE_BYTES}-byte cap")
-    return data

@@ -1,12 +1,4 @@
-"""Event store layout and the security checks around opening its files.
-
-Layout under the store root (see docs/event-schema.md)::
-
-    <root>/                                  0755, owner root (NOT world-writable)
-    <root>/users/                            0755, owner root
-    <root>/users/<uid>/                      0755, owner <uid>; created by root (the prolog hook, or the admin)
-    <root>/users/<uid>/<jobid>/events.jsonl  by the job (wrapper + training API), owned by <uid>
-    <root>/_system/<jobid>.jsonl             by the Slurm prolog/epilog hooks, owned by root / SlurmUser
+"""The security checks around creating and opening the event store's files (the layout: layout.py).
 
 Only root creates entries in ``<root>`` and ``<root>/users``, and only user ``<uid>`` can create entries
 in ``users/<uid>/``: no user can claim a path another user's job will need (job ids are predictable).
@@ -21,13 +13,9 @@ import os
 import stat
 from pathlib import Path
 
+from .layout import (DIR_MODE, EVENTS_NAME, FILE_MODE, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR,
+                     WRITABLE_BY_OTHERS, system_file_name)
 from .schema import check_job_id, is_valid_job_id
-
-EVENTS_NAME = "events.jsonl"
-SYSTEM_DIR = "_system"
-USERS_DIR = "users"
-FILE_MODE = 0o644
-DIR_MODE = 0o755
 
 
 class FileRejected(Exception):
@@ -57,7 +45,7 @@ def legacy_event_path(root: str | os.PathLike, job_id: str) -> Path:
 
 def system_event_path(root: str | os.PathLike, job_id: str) -> Path:
     """Path of the hooks' event file for ``job_id``."""
-    return Path(root) / SYSTEM_DIR / f"{check_job_id(job_id)}.jsonl"
+    return Path(root) / SYSTEM_DIR / system_file_name(check_job_id(job_id))
 
 
 def _check_dir(d: Path, owners: tuple[int, ...], what: str) -> None:
@@ -68,7 +56,7 @@ def _check_dir(d: Path, owners: tuple[int, ...], what: str) -> None:
         raise FileRejected("not_directory", str(d))
     if st.st_uid not in owners:
         raise FileRejected("wrong_owner", f"{what} {d} is owned by uid {st.st_uid}, not {owners[-1]}")
-    if st.st_mode & 0o022:
+    if st.st_mode & WRITABLE_BY_OTHERS:
         raise FileRejected("writable_by_others", f"{what} {d} has mode {stat.S_IMODE(st.st_mode):o}")
 
 
@@ -198,7 +186,7 @@ def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
     """
     job_id = check_job_id(job_id)
     if system:
-        comps, name = [(SYSTEM_DIR, None)], f"{job_id}.jsonl"
+        comps, name = [(SYSTEM_DIR, None)], system_file_name(job_id)
     elif legacy or uid is None:
         comps, name = [(job_id, None)], EVENTS_NAME
     else:
@@ -225,7 +213,7 @@ def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
                 st = os.fstat(dir_fd)
                 if st.st_uid not in owners:
                     raise FileRejected("wrong_owner", f"{shown} owned by uid {st.st_uid}")
-                if st.st_mode & 0o022:
+                if st.st_mode & WRITABLE_BY_OTHERS:
                     raise FileRejected("writable_by_others", shown)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -285,8 +273,9 @@ def list_job_ids(root: str | os.PathLike) -> list[str]:
     try:
         with os.scandir(Path(root) / SYSTEM_DIR) as it:
             for e in it:
-                if e.name.endswith(".jsonl") and is_valid_job_id(e.name[:-6]):
-                    ids.add(e.name[:-6])
+                job = e.name[:-len(SYSTEM_SUFFIX)]
+                if e.name == system_file_name(job) and is_valid_job_id(job):
+                    ids.add(job)
     except OSError:
         pass
     return sorted(ids)
@@ -304,7 +293,7 @@ def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) ->
     if not stat.S_ISDIR(st.st_mode):
         return [f"event store {root} is not a directory"]
     problems = []
-    if st.st_mode & 0o022:
+    if st.st_mode & WRITABLE_BY_OTHERS:
         problems.append(f"event store {root} has mode {stat.S_IMODE(st.st_mode):o}: writable by others, so a user "
                         "could claim paths another user's job needs; make it 0755 owned by root")
     if st.st_uid not in system_uids:
@@ -319,7 +308,7 @@ def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) ->
             continue
         if not stat.S_ISDIR(dst.st_mode):
             problems.append(f"{d} ({what}) is not a directory")
-        elif dst.st_uid not in system_uids or dst.st_mode & 0o022:
+        elif dst.st_uid not in system_uids or dst.st_mode & WRITABLE_BY_OTHERS:
             problems.append(f"{d} ({what}) must be 0755 owned by root/SlurmUser (owner {dst.st_uid}, mode "
                             f"{stat.S_IMODE(dst.st_mode):o})")
     return problems

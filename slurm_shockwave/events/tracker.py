@@ -106,7 +106,7 @@ class EventTracker:
         return changed
 
     def _lines(self) -> int:
-        return int(getattr(self.reader, "accepted", 0)) + sum(getattr(self.reader, "rejected", {}).values())
+        return self.reader.accepted + sum(self.reader.rejected.values())
 
     def _finish(self, gone: list[str]) -> dict[str, dict]:
         """One last read of jobs that left the queue, then drop their state (bounded memory)."""

@@ -13,11 +13,9 @@ import time
 from pathlib import Path
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, started REAL, finished REAL, active INTEGER, run TEXT, decide_seconds REAL,
     mode TEXT, fallback INTEGER, status TEXT, capacity INTEGER, busy INTEGER);
-CREATE TABLE IF NOT EXISTS round_info (round INTEGER PRIMARY KEY, info TEXT);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, user TEXT, account TEXT, gpus INTEGER, state TEXT, submit_time REAL,
     first_seen REAL, last_seen REAL, finished REAL, restarts INTEGER, view TEXT);
@@ -70,15 +68,20 @@ class StateStore:
         self.db.execute("INSERT OR REPLACE INTO rounds(round, started, status) VALUES(?, ?, 'deciding')",
                         (round_index, started))
 
-    def record_decision(self, round_index, active, run, decide_seconds, mode, fallback, info, capacity, busy):
+    def record_round(self, record, busy: int) -> None:
+        """The round's one record (journal/record.py), written once, before anything is enacted: the rounds
+        row and the full record (what `status` and `explain` read), in one transaction."""
+        payload = json.dumps(record.to_json(), allow_nan=False)
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute("UPDATE rounds SET active=?, run=?, decide_seconds=?, mode=?, fallback=?, status='enacting',"
                             " capacity=?, busy=? WHERE round=?",
-                            (active, json.dumps(list(run), default=str), decide_seconds, mode, int(fallback),
-                             capacity, busy, round_index))
-            self.db.execute("INSERT OR REPLACE INTO round_info(round, info) VALUES(?, ?)",
-                            (round_index, json.dumps(info, default=str)))
+                            (len(record.view.jobs), json.dumps([str(j) for j in record.run]), record.decide_seconds,
+                             record.context.get("mode"), int(record.fallback), record.view.num_gpus, busy,
+                             record.round_index))
+            self.db.execute("INSERT OR REPLACE INTO round_views(round, ts, payload) VALUES(?, ?, ?)",
+                            (record.round_index, time.time(), payload))
+            self.db.execute("DELETE FROM round_views WHERE round < ?", (record.round_index - KEEP_ROUND_VIEWS,))
 
     def finish_round(self, round_index: int, status: str = "done") -> None:
         self.db.execute("UPDATE rounds SET finished=?, status=? WHERE round=?", (time.time(), status, round_index))
@@ -86,12 +89,19 @@ class StateStore:
     def last_round(self):
         return self.db.execute("SELECT * FROM rounds ORDER BY round DESC LIMIT 1").fetchone()
 
-    def round_info(self, round_index=None) -> dict:
-        if round_index is None:
-            row = self.db.execute("SELECT info FROM round_info ORDER BY round DESC LIMIT 1").fetchone()
-        else:
-            row = self.db.execute("SELECT info FROM round_info WHERE round=?", (round_index,)).fetchone()
-        return json.loads(row["info"]) if row else {}
+    def latest_round(self):
+        """(RoundRecord, when it was written) of the latest round, or None."""
+        from .record import RoundRecord
+        try:
+            row = self.db.execute("SELECT ts, payload FROM round_views ORDER BY round DESC LIMIT 1").fetchone()
+        except sqlite3.OperationalError:      # a state written before this table existed
+            return None
+        if row is None:
+            return None
+        try:
+            return RoundRecord.from_json(json.loads(row["payload"])), row["ts"]
+        except (ValueError, TypeError, KeyError):  # a record of an older layout: no snapshot until the next round
+            return None
 
     # ------------------------------------------------------------------ jobs
     def upsert_jobs(self, rows: list[dict], now: float) -> None:
@@ -129,27 +139,6 @@ class StateStore:
                 else:
                     self.db.execute("UPDATE jobs SET finished=?, state=?, view=? WHERE job_id=? AND finished IS NULL",
                                     (now, state, json.dumps(view, default=str), str(j)))
-
-    # ------------------------------------------------------------------ per-round snapshot (status/explain)
-    def record_view(self, round_index: int, payload: dict) -> None:
-        """The exact job view and decision of one round: what `status` and `explain` show."""
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("INSERT OR REPLACE INTO round_views(round, ts, payload) VALUES(?, ?, ?)",
-                            (round_index, time.time(), json.dumps(payload, default=str)))
-            self.db.execute("DELETE FROM round_views WHERE round < ?", (round_index - KEEP_ROUND_VIEWS,))
-
-    def latest_view(self) -> dict | None:
-        try:
-            row = self.db.execute("SELECT round, ts, payload FROM round_views ORDER BY round DESC LIMIT 1").fetchone()
-        except sqlite3.OperationalError:      # a state written before this table existed
-            return None
-        if row is None:
-            return None
-        d = json.loads(row["payload"])
-        d.setdefault("round", row["round"])
-        d["recorded_at"] = row["ts"]
-        return d
 
     # ------------------------------------------------------------------ epoch history (ETAs before epoch 1)
     def add_epoch_history(self, user: str, program: str, durations: dict, counts: dict) -> None:

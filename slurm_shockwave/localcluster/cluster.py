@@ -15,25 +15,23 @@ makes it eligible at once.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import shutil
 import subprocess
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..slurm import SlurmCLI, SlurmError
 from . import daemons as d
+from . import statefile
 from .chroot import DEFAULT_ROOTS_DIR, ChrootRoot, RootError, host_version, major_minor
 from .config import ClusterSettings, Paths, pick_free_ports, untraversable_ancestors, write_config
 from .install import SlurmUnavailable, ensure_installed, missing_packages
 
 log = logging.getLogger(__name__)
-STATE_VERSION = 1
 
 
 class ClusterStartError(RuntimeError):
@@ -97,7 +95,7 @@ class LocalCluster:
     def chroot(self) -> ChrootRoot | None:
         """The Debian root the daemons run in (from this instance, else the running cluster's)."""
         if self._chroot is None and self._requested is None:
-            state = self._read_state() or {}
+            state = statefile.read(self.paths) or {}
             settings = state.get("settings", {})
             if settings.get("chroot"):
                 root = Path(settings["chroot"])
@@ -144,7 +142,7 @@ class LocalCluster:
         return str(self._current("partition"))
 
     def _current(self, key: str):
-        state = self._read_state()
+        state = statefile.read(self.paths)
         return (state or {}).get("settings", {}).get(key, self._params[key])
 
     def ensure_installed(self) -> list[str]:
@@ -180,8 +178,8 @@ class LocalCluster:
         """
         self._check_can_run()
         with self._locked():
-            state = self._read_state()
-            if state and self._all_alive(state):
+            state = statefile.read(self.paths)
+            if state and statefile.all_alive(state):
                 log.info("local Slurm cluster at %s is already running (pids %s)", self.root,
                          {k: v["pid"] for k, v in state["daemons"].items()})
                 differ = {k for k, v in self._params.items()
@@ -196,10 +194,10 @@ class LocalCluster:
             try:
                 self._start_all(settings, timeout)
             except BaseException as exc:
-                self._stop_known(self._read_state())
+                self._stop_known(statefile.read(self.paths))
                 if self.chroot is not None:
                     self.chroot.unmount(self.root)
-                self._write_state(settings, {}, "failed")
+                statefile.write(self.paths, self.root, settings, {}, "failed")
                 if not isinstance(exc, Exception):
                     raise
                 raise ClusterStartError(f"local Slurm cluster at {self.root} failed to start: {exc}") from exc
@@ -212,8 +210,8 @@ class LocalCluster:
         if not self.root.is_dir():
             return []
         with self._locked():
-            state = self._read_state()
-            known = self._known_procs(state)
+            state = statefile.read(self.paths)
+            known = statefile.known_procs(self.paths, self.root, state)
             if self._ctld_alive(state):
                 self._cancel_all_jobs(min(timeout, 5))
             remaining = d.terminate(known, grace=min(timeout, 5), kill_wait=5)
@@ -224,7 +222,7 @@ class LocalCluster:
                 if busy:
                     log.warning("mounts still busy after down(): %s", busy)
             if state:
-                self._write_state(self._settings_from(state), {}, "down")
+                statefile.write(self.paths, self.root, statefile.settings_from(state), {}, "down")
         if remaining:
             log.warning("processes still alive after down(): %s", [p.pid for p in remaining])
         return [p.pid for p in remaining]
@@ -233,7 +231,7 @@ class LocalCluster:
         """{"root", "running", "conf", "ports", "daemons": {name: {"pid", "alive"}},
         "nodes": {name: {"state", "flags", "gpus", "gpus_used"}}, "error"}. Works from any
         process given the same root (reads cluster.json)."""
-        state = self._read_state()
+        state = statefile.read(self.paths)
         daemons = {}
         for name, ident in (state or {}).get("daemons", {}).items():
             proc = d.ProcId.from_json(ident)
@@ -328,7 +326,7 @@ class LocalCluster:
                 self.chroot.mount(self.root, self._binds)
             except (RootError, OSError, subprocess.SubprocessError) as exc:
                 raise ClusterStartError(f"cannot prepare the Slurm {self.chroot.version} root: {exc}") from exc
-        self._write_state(settings, {}, "starting")
+        statefile.write(self.paths, self.root, settings, {}, "starting")
 
     def _start_all(self, settings: ClusterSettings, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -337,7 +335,7 @@ class LocalCluster:
 
         def record(name: str, proc: d.ProcId) -> None:
             started[name] = proc
-            self._write_state(settings, started, "starting")
+            statefile.write(self.paths, self.root, settings, started, "starting")
 
         bin_dir = self.bin_dir
         record("munged", d.start_munged(self.paths, bin_dir=bin_dir))
@@ -346,7 +344,7 @@ class LocalCluster:
         for node in settings.node_names:
             record(f"slurmd.{node}", d.start_slurmd(self.paths, node, env, bin_dir=bin_dir))
         self._wait_nodes_idle(settings, deadline)
-        self._write_state(settings, started, "up")
+        statefile.write(self.paths, self.root, settings, started, "up")
 
     def _wait_nodes_idle(self, settings: ClusterSettings, deadline: float) -> None:
         cli = self._cli(10)
@@ -386,25 +384,8 @@ class LocalCluster:
         except SlurmError as exc:
             log.info("could not cancel jobs before stopping: %s", exc)
 
-    def _known_procs(self, state: dict | None) -> list[d.ProcId]:
-        """Daemons from the state file, plus any pid file whose process runs with our config."""
-        procs = {p.pid: p for p in (d.ProcId.from_json(v) for v in (state or {}).get("daemons", {}).values())}
-        pid_files = [self.paths.pid_file("munged"), *self.paths.run.glob("*.pid")]
-        for pid_file in pid_files:
-            ident = d.identify(d.read_pid_file(pid_file))
-            if ident and ident.pid not in procs and self._runs_with_our_root(ident.pid):
-                procs[ident.pid] = ident
-        return list(procs.values())
-
-    def _runs_with_our_root(self, pid: int) -> bool:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return False
-        return str(self.root) + "/" in cmdline
-
     def _stop_known(self, state: dict | None) -> None:
-        known = [p for p in self._known_procs(state) if p.alive()]
+        known = [p for p in statefile.known_procs(self.paths, self.root, state) if p.alive()]
         if known:
             log.info("stopping leftover daemons of %s: %s", self.root, [p.pid for p in known])
             d.terminate(known)
@@ -416,36 +397,4 @@ class LocalCluster:
         if ctld:
             return d.ProcId.from_json(ctld).alive()
         ident = d.identify(d.read_pid_file(self.paths.pid_file("slurmctld")))
-        return bool(ident and self._runs_with_our_root(ident.pid))
-
-    def _all_alive(self, state: dict) -> bool:
-        daemons = state.get("daemons") or {}
-        expected = 2 + int(state.get("settings", {}).get("nodes", 0))
-        return (state.get("status") == "up" and len(daemons) == expected
-                and all(d.ProcId.from_json(v).alive() for v in daemons.values()))
-
-    def _read_state(self) -> dict | None:
-        try:
-            data = json.loads(self.paths.state_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
-
-    def _settings_from(self, state: dict) -> ClusterSettings:
-        raw = dict(state["settings"])
-        raw["node_ports"] = tuple(raw["node_ports"])
-        raw["extra_conf"] = tuple(raw.get("extra_conf", ()))
-        known = set(ClusterSettings.__dataclass_fields__)
-        return ClusterSettings(**{k: v for k, v in raw.items() if k in known})
-
-    def _write_state(self, settings: ClusterSettings, procs: dict, status: str) -> None:
-        ports = {"slurmctld": settings.ctld_port, **dict(zip(settings.node_names, settings.node_ports))}
-        data = {
-            "version": STATE_VERSION, "root": str(self.root), "status": status,
-            "conf": str(self.paths.slurm_conf), "ports": ports, "settings": asdict(settings),
-            "daemons": {k: (v.to_json() if isinstance(v, d.ProcId) else v) for k, v in procs.items()},
-            "updated_at": time.time(),
-        }
-        tmp = self.paths.state_file.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-        os.replace(tmp, self.paths.state_file)
+        return bool(ident and statefile.runs_with_root(ident.pid, self.root))

@@ -78,7 +78,7 @@ def metrics_table(m: Merged, colours: dict) -> str:
         is_ref = r["kind"] == "reference"
         colour = colours.get(r["policy"])
         swatch = f'<span class="swatch" style="background:{colour}"></span>' if colour and not is_ref else ""
-        name = escape(r["policy"])
+        name = escape(r["policy"]) + (f" ({escape(r['label'])})" if r.get("label", r["policy"]) != r["policy"] else "")
         if is_ref:
             label = "reference" if r["policy"] in m.results else "reference only (not simulated)"
             source = f"reference: {escape(r['reference_name'])}"

@@ -11,14 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solver.policies import policy_names
-
-# Our policy name -> the name of the same policy in the reference's shipped results
-# (the same mapping as `shockwave simulate` uses for its table).
-REFERENCE_NAMES = {"max_sum_throughput": "max_sum_throughput_perf"}
-
-# Display order: Shockwave first, then the baselines in the order `shockwave simulate --policy all` runs them.
-POLICY_ORDER = tuple(policy_names())
+from solver.policies import policy_class, policy_names
 
 # Metrics every policy's result must carry (the four bar panels).
 REQUIRED_METRICS = ("makespan", "avg_jct", "worst_rho", "unfair_fraction")
@@ -47,11 +40,11 @@ class Merged:
         return ordered(self.results)
 
     def reference_for(self, policy: str) -> dict | None:
-        return self.reference.get(REFERENCE_NAMES.get(policy, policy))
+        return self.reference.get(reference_name(policy))
 
     def reference_only(self) -> list[str]:
         """Reference rows that match none of our policies (e.g. shockwave when it was not simulated)."""
-        used = {REFERENCE_NAMES.get(p, p) for p in self.results}
+        used = {reference_name(p) for p in self.results}
         return [name for name in ordered(self.reference) if name not in used]
 
     def gpus_of(self, policy: str) -> int | None:
@@ -68,24 +61,43 @@ class Merged:
         rows = []
         for p in self.policies:
             r = self.results[p]
-            rows.append({"policy": p, "kind": "ours", "source": self.sources[p],
+            rows.append({"policy": p, "label": label(p), "kind": "ours", "source": self.sources[p],
                          **{k: r[k] for k in TABLE_METRICS if k in r}})
             ref = self.reference_for(p)
             if ref:
-                rows.append({"policy": p, "kind": "reference", "reference_name": REFERENCE_NAMES.get(p, p),
+                rows.append({"policy": p, "label": label(p), "kind": "reference", "reference_name": reference_name(p),
                              **{k: ref[k] for k in REFERENCE_METRICS if k in ref}})
         for name in self.reference_only():
-            rows.append({"policy": name, "kind": "reference", "reference_name": name,
+            rows.append({"policy": name, "label": label(name), "kind": "reference", "reference_name": name,
                          **{k: self.reference[name][k] for k in REFERENCE_METRICS if k in self.reference[name]}})
         return rows
 
 
+def known(name: str):
+    """The registry's class of a results file's policy name (its name, an alias or its reference name), or
+    None for a policy the registry does not know."""
+    try:
+        return policy_class(name)
+    except ValueError:
+        return None
+
+
+def reference_name(policy: str) -> str | None:
+    """The name of the same policy in the reference's shipped results."""
+    cls = known(policy)
+    return policy if cls is None else cls.reference_name
+
+
+def label(policy: str) -> str:
+    cls = known(policy)
+    return policy if cls is None else cls.label
+
+
 def ordered(names) -> list[str]:
-    """Known policies in POLICY_ORDER (reference names mapped back), others after them in their given order."""
-    back = {v: k for k, v in REFERENCE_NAMES.items()}
-    rank = {p: i for i, p in enumerate(POLICY_ORDER)}
+    """Known policies in the registry's order (reference names too), others after them in their given order."""
+    rank = {p: i for i, p in enumerate(policy_names())}
     names = list(names)
-    return sorted(names, key=lambda n: (rank.get(back.get(n, n), len(rank)), names.index(n)))
+    return sorted(names, key=lambda n: (rank.get(getattr(known(n), "name", None), len(rank)), names.index(n)))
 
 
 def _number(value) -> bool:

@@ -14,30 +14,31 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, NullFormatter
 
-from .load import POLICY_ORDER, Merged
+from solver.policies import policy_names
+
+from .load import Merged, known
 
 UNFAIR_RHO = 1.05
 _RHO_TICKS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 DPI = 100
 
-_COLOURS = {
-    "shockwave": "#d62728",
-    "max_min_fairness": "#1f77b4",
-    "finish_time_fairness": "#ff7f0e",
-    "allox": "#2ca02c",
-    "max_sum_throughput": "#9467bd",
-    "min_total_duration": "#8c564b",
-    "gandiva_fair": "#e377c2",
-    "fifo": "#7f7f7f",
-}
-_SPARE = ("#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
+# the i-th policy of the registry's order has the i-th colour, whichever policies a figure shows
+_PALETTE = ("#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+            "#17becf", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
 _LINESTYLES = ("-", "--", "-.", ":")
 
 
 def colours(policies) -> dict[str, str]:
-    out, spare = {}, iter(_SPARE * (1 + len(policies) // len(_SPARE)))
+    """Registered policies keep their colour in every figure; others take the colours after theirs."""
+    names = policy_names()
+    out, spare = {}, 0
     for p in policies:
-        out[p] = _COLOURS.get(p) or next(spare)
+        cls = known(p)
+        if cls is not None:
+            out[p] = _PALETTE[names.index(cls.name) % len(_PALETTE)]
+        else:
+            out[p] = _PALETTE[(len(names) + spare) % len(_PALETTE)]
+            spare += 1
     return out
 
 
@@ -278,5 +279,5 @@ def render_all(m: Merged) -> dict[str, bytes]:
     return {name: render(fn(m)) for name, (fn, _caption) in FIGURES.items()}
 
 
-__all__ = ["FIGURES", "POLICY_ORDER", "colours", "render", "render_all", "metrics_figure", "cdf_figure",
+__all__ = ["FIGURES", "colours", "render", "render_all", "metrics_figure", "cdf_figure",
            "utilization_figure"]

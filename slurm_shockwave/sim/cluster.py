@@ -1,6 +1,6 @@
 """SimulatedCluster: a GPU cluster in virtual time with the reference simulator's semantics.
 
-Per round (reference notes section 3.1): the round loop observes the active jobs, the policy decides, the
+Per round (docs/reference.md §4.1, §4.4): the round loop observes the active jobs, the policy decides, the
 backend dispatches each chosen job for `steps = min(int(throughput x round), remaining)` iterations ending
 at `now + steps / throughput`; `advance()` moves time to the latest finish of the round (a round is
 shorter than 120 s when every running job finishes early; with nothing running, time jumps to the next
@@ -62,7 +62,7 @@ class SimulatedCluster(ClusterBackend):
     def apply(self, decision: RoundDecision) -> None:
         view_jobs = ClusterView(self.now, self.round_index, self.round_length, self.num_gpus,
                                 tuple(self._view(j, light=True) for j in self.active.values()))
-        run = check_decision(view_jobs, decision)
+        run = check_decision(view_jobs, decision).run
         self._round_start = self.now
         self._dispatched = []
         for job_id in run:

@@ -1,4 +1,4 @@
-"""One simulated job's training state and its batch-size adaptation (reference notes section 3.3)."""
+"""One simulated job's training state and its batch-size adaptation (docs/reference.md §4.3)."""
 from __future__ import annotations
 
 import math

@@ -14,7 +14,6 @@ the partition is managed.  Jobs of other partitions, or without the marker, are 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 
@@ -27,7 +26,7 @@ from .commands import RESTART_GAP_SECONDS, SlurmCLI
 from .enact import Enactor, Observed, reconcile
 from .errors import SlurmError
 from .hints import HintError, parse_hints
-from .models import ACTIVE_STATES, in_partition
+from .models import ACTIVE_STATES, in_partition, node_in_partition
 from .ownership import admin_comments, status_of
 
 log = logging.getLogger("slurm_shockwave.slurm")
@@ -69,13 +68,11 @@ class SlurmBackend(ServiceBackend):
         self._observed: dict[int, Observed] = {}
         self._restarts: dict[int, int] = {}
         self._round_started = clock()
-        self.last_enacted: list = []
         self._meta: dict = {}                 # job -> what status/explain show beside its view (jobview.build)
         self._unmanaged: dict = jobview.unmanaged([], set(), None, 0.0)
         self._partition_gpus = 0
         self._first_submit: dict = {}
         self._history: dict = {}
-        self._last_solve_at = 0.0             # wall time of the last round start (early rounds keep a minimum)
         self._pending_since: dict = {}        # (job, restart count) of a requeued job -> first seen PENDING
         self.sleep = time.sleep
 
@@ -94,8 +91,8 @@ class SlurmBackend(ServiceBackend):
         self.round_length = float(cfg.round_seconds)
         self.enactor.dry_run = cfg.dry_run
         self.cli.timeout = cfg.slurm_timeout
-        self.cli.env = dict(cfg.slurm_env)
-        self.cli.bin_dir = cfg.slurm_bin_dir
+        self.cli.env = dict(cfg.slurm.env)
+        self.cli.bin_dir = cfg.slurm.bin_dir
 
     def startup_warnings(self) -> list[str]:
         try:
@@ -123,7 +120,7 @@ class SlurmBackend(ServiceBackend):
         try:
             if not in_partition(job, self.cfg.partition):
                 return None
-            problem = getattr(job, "problem", None)
+            problem = job.problem
             try:
                 marker = parse_marker(job.comment, self.cfg.marker, self._partition_gpus or None)
             except HintError as e:
@@ -152,8 +149,7 @@ class SlurmBackend(ServiceBackend):
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}
         self._quarantine(bad, now)
-        capacity = sum(n.gpus for n in nodes if n.available and (not self.cfg.partition or
-                                                                  self.cfg.partition in n.partitions))
+        capacity = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
         # GPUs held by jobs we do not manage (other users' plain jobs in the partition) are not ours to plan
         managed_ids = {j.job_id for j, _ in managed}
         self._partition_gpus = capacity
@@ -200,7 +196,7 @@ class SlurmBackend(ServiceBackend):
             jobview.finish_gone(self.state, gone, ended, self._events.progress, now)
         self.state.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": j.account, "gpus": max(j.gpus, 1),
                                  "state": ("HELD" if j.held else j.state), "submit_time": j.submit_time,
-                                 "restarts": j.restart_count, "view": jobview.view_dict(v, self._meta.get(j.job_id))}
+                                 "restarts": j.restart_count, "view": jobview.job_summary(v, self._meta.get(j.job_id))}
                                 for (j, _), v in zip(managed, views)], now)
         return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=capacity, jobs=tuple(views), total_jobs=len(views))
@@ -226,13 +222,12 @@ class SlurmBackend(ServiceBackend):
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
 
         self._wait_restart_gap(actions)
-        results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
+        self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         for j in list(self.signalled):
             ob = self._observed.get(j)
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
                 self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
-        self.last_enacted = results
 
     def _wait_restart_gap(self, actions) -> None:
         """A release (which also sends StartTime=now) of a requeued job waits until RESTART_GAP_SECONDS after
@@ -246,12 +241,12 @@ class SlurmBackend(ServiceBackend):
                 log.debug("waiting %.2f s before releasing a job requeued just now", wait)
                 self.sleep(min(wait, RESTART_GAP_SECONDS))
 
-    def record_plan(self, view, decision, fallback: bool = False) -> None:
-        """Store this round's exact views and decision (one snapshot per round; status/explain read only it)."""
-        extra = {"partition_gpus": self._partition_gpus, "unmanaged": self._unmanaged, "mode": self.cfg.mode,
-                 "dry_run": self.cfg.dry_run,
-                 "quarantined": {str(k): v for k, v in (getattr(self, "quarantined", None) or {}).items()}}
-        self.state.record_view(view.round_index, jobview.snapshot(view, decision, fallback, self._meta, extra))
+    def round_context(self) -> dict:
+        """Beside the views: per job what Slurm says (state, time limit, ETA source, warnings), the partition's
+        unmanaged load, the quarantined jobs, the mode (status and explain show them)."""
+        return {"jobs": {str(k): m for k, m in self._meta.items()}, "partition_gpus": self._partition_gpus,
+                "unmanaged": self._unmanaged, "mode": self.cfg.mode, "dry_run": self.cfg.dry_run,
+                "quarantined": {str(k): v for k, v in self.quarantined.items()}}
 
     def advance(self) -> None:
         """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
@@ -305,10 +300,8 @@ class SlurmBackend(ServiceBackend):
                 log.warning("job %s quarantined (left to Slurm, not scheduled by shockwave): %s", jid, reason)
             self.quarantined[jid] = reason
         try:
-            self.state.set_quarantined([{"job_id": jid, "user": getattr(j, "user", None),
-                                         "account": getattr(j, "account", None), "gpus": getattr(j, "gpus", None),
-                                         "submit_time": getattr(j, "submit_time", None),
-                                         "restarts": getattr(j, "restart_count", None),
+            self.state.set_quarantined([{"job_id": jid, "user": j.user, "account": j.account, "gpus": j.gpus,
+                                         "submit_time": j.submit_time, "restarts": j.restart_count,
                                          "reason": self.quarantined[jid]} for jid, j in jobs.items()], now)
         except (TypeError, ValueError) as e:      # an odd value in a record: still not fatal
             log.warning("quarantine of %s not recorded: %s", sorted(jobs), e)
@@ -329,14 +322,12 @@ class SlurmBackend(ServiceBackend):
 
 
 def _reasons(decision) -> dict:
-    """job -> the short human reason of its plan (decision.info["jobs"][jid]["reason"]), for the hold marks."""
+    """job -> the short human reason of its plan record, for the hold marks."""
     out = {}
-    jobs = (decision.info or {}).get("jobs") if isinstance(getattr(decision, "info", None), dict) else None
-    if isinstance(jobs, dict):
-        for jid, d in jobs.items():
-            if isinstance(d, dict) and isinstance(d.get("reason"), str):
-                try:
-                    out[int(jid)] = d["reason"]
-                except (TypeError, ValueError):
-                    pass
+    for jid, plan in decision.plans.items():
+        if plan.reason:
+            try:
+                out[int(jid)] = plan.reason
+            except (TypeError, ValueError):
+                pass
     return out

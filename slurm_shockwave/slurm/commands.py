@@ -114,7 +114,7 @@ class SlurmCLI:
     @classmethod
     def from_config(cls, cfg) -> "SlurmCLI":
         """The Slurm CLI of a controller config: its ``[slurm] env``, ``bin_dir`` and ``slurm_timeout``."""
-        return cls(env=cfg.slurm_env, timeout=cfg.slurm_timeout, bin_dir=cfg.slurm_bin_dir)
+        return cls(env=cfg.slurm.env, timeout=cfg.slurm_timeout, bin_dir=cfg.slurm.bin_dir)
 
     # ------------------------------------------------------------------ running commands
     def full_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """THE marker rule and the strict hint validator for `--comment="shockwave epochs=30 bs=32 ..."`.
 
 One rule, shared by the controller (slurm/backend.py) and the prolog/epilog hook
-(prolog_epilog/shockwave_hook.py, which loads this file by path: the module-level code is standard
-library only; pydantic is imported when hints are parsed):
+(prolog_epilog/shockwave_hook.py, which loads this file by path and uses only `is_marked`: the module-level
+code is standard library only; pydantic and the package's error wording are imported when hints are parsed):
 
 * `is_marked(comment, marker)`: the comment, leading whitespace ignored, starts with the marker
   (case-insensitive), followed by its end, any whitespace (a newline too) or one of ``:;,``.
@@ -125,15 +125,13 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
             raise HintError(f"hint {key} given twice")
         values[key] = number
     from pydantic import ValidationError
+
+    from ..validation import describe
     try:
         hints = _model()(**values)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        msg = err.get("msg", "invalid").replace("Value error, ", "")
-        if not loc:
-            raise HintError(f"hints: {msg}") from None
-        raise HintError(f"hint {loc}={values.get(loc)}: {msg}") from None
+        first = describe(e)[0]
+        raise HintError(f"hint {first}" if e.errors()[0].get("loc") else f"hints: {first}") from None
     if max_gpus is not None and hints.gpus is not None and hints.gpus > max_gpus:
         raise HintError(f"hint gpus={hints.gpus}: the partition has {max_gpus} GPU(s)")
     return hints

@@ -12,12 +12,12 @@ capacity (running) and demand (pending), and the per-round snapshot that `status
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import math
 import os
 
 from solver.types import JobView
+
+from ..journal.record import SHORT_HISTORY
 
 from .models import FINISHED_STATES, in_partition
 
@@ -76,13 +76,13 @@ def build(job, marker: dict, p, now: float, *, round_length: float, weight: floa
         user=job.user, account=job.account, weight=weight, mode="unknown", job_type=job.name,
         min_batch_size=p.min_batch_size or marker.get("min_bs"), max_batch_size=p.max_batch_size or
         marker.get("max_bs"), ran_last_round=job.state == "RUNNING",
-        run_time=sum(durations.get(b, epoch_s) * n for b, n in (getattr(p, "bs_runs", None)     # O(runs)
+        run_time=sum(durations.get(b, epoch_s) * n for b, n in (p.bs_runs     # O(runs)
                                                                  or [(b, 1) for b in p.bs_per_epoch])))
     warnings = []
     if not job.requeue:
         warnings.append("submitted with --no-requeue: cannot be preempted safely (it is only held or released, "
                         "never checkpointed and requeued)")
-    for key, c in (getattr(p, "hint_conflicts", None) or {}).items():
+    for key, c in (p.hint_conflicts or {}).items():
         warnings.append(f"hint {key}={c.get('hint')} disagrees with the job's report {c.get('reported')} "
                         "(the report is used)")
     meta = {"slurm_state": "HELD" if job.held else job.state, "name": job.name, "program": program_of(job),
@@ -93,34 +93,14 @@ def build(job, marker: dict, p, now: float, *, round_length: float, weight: floa
     return view, meta
 
 
-def view_dict(v: JobView, meta: dict | None = None) -> dict:
-    """Everything needed to rebuild the exact JobView (`view_from_dict`), plus the short keys status reads."""
-    full = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-    full["epoch_duration_by_bs"] = {str(k): d for k, d in v.epoch_duration_by_bs.items()}
-    full["bs_history"] = _runs(v.bs_history)            # run-length encoded: bounded whatever a job reports
+def job_summary(v: JobView, meta: dict | None = None) -> dict:
+    """What the jobs table keeps of a managed job (status shows it after the job left the queue; the history
+    of finished jobs feeds the next jobs' ETAs).  The exact view decided on is in the round record."""
     short = list(v.bs_history) if len(v.bs_history) <= SHORT_HISTORY else None
     return {"batch_size": v.batch_size, "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
             "weight": v.weight, "gpus": v.num_gpus, "arrival": v.arrival_time, "bs_history": short,
-            "epoch_duration_by_bs": full["epoch_duration_by_bs"], "min_bs": v.min_batch_size,
-            "max_bs": v.max_batch_size, "jobview": full, **(meta or {})}
-
-
-def view_from_dict(d: dict) -> JobView:
-    """The JobView the controller decided on, rebuilt from `view_dict` output."""
-    full = dict(d.get("jobview") or {})
-    names = {f.name for f in dataclasses.fields(JobView)}
-    full = {k: v for k, v in full.items() if k in names}
-    full["epoch_duration_by_bs"] = {int(k): float(x) for k, x in (full.get("epoch_duration_by_bs") or {}).items()}
-    full["bs_history"] = tuple(b for b, n in (full.get("bs_history") or ()) for _ in range(int(n)))
-    return JobView(**full)
-
-
-SHORT_HISTORY = 1000
-
-
-def _runs(history) -> list:
-    # itertools.groupby runs in C: 10x faster than a Python loop over 1000-epoch histories
-    return [[b, sum(1 for _ in g)] for b, g in itertools.groupby(history)]
+            "epoch_duration_by_bs": {str(k): d for k, d in v.epoch_duration_by_bs.items()},
+            "min_bs": v.min_batch_size, "max_bs": v.max_batch_size, **(meta or {})}
 
 
 def unmanaged(jobs, managed_ids: set, partition: str | None, now: float) -> dict:
@@ -142,21 +122,6 @@ def unmanaged(jobs, managed_ids: set, partition: str | None, now: float) -> dict
         r["position"] = i + 1
     return {"running": running, "pending": pending, "running_gpus": sum(r["gpus"] for r in running),
             "pending_gpus": sum(r["gpus"] for r in pending if not r["held"])}
-
-
-def snapshot(view, decision, fallback: bool, metas: dict, extra: dict) -> dict:
-    """The round's one record for status/explain: the views decided on, the decision, per job reasons."""
-    info = decision.info if isinstance(decision.info, dict) else dict(decision.info or {})
-    plans = info.get("jobs") or {}
-    jobs = {}
-    for v in view.jobs:
-        d = view_dict(v, metas.get(v.job_id))
-        d["plan"] = {k: x for k, x in (plans.get(v.job_id) or {}).items()}
-        jobs[str(v.job_id)] = d
-    return {"round": view.round_index, "now": view.now, "round_length": view.round_length,
-            "capacity": view.num_gpus, "run": [str(j) for j in decision.run], "fallback": fallback,
-            "path": info.get("path"), "solve_time_s": info.get("solve_time_s"),
-            "window_rounds": info.get("window_rounds"), "jobs": jobs, **extra}
 
 
 def ended_managed(jobs, is_managed, state) -> list:
@@ -186,7 +151,7 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
         if p is not None and p.epochs_done:
             v["epochs_done"] = max(int(v.get("epochs_done") or 0), p.epochs_done)
             durations = dict(p.epoch_duration_by_bs)
-            counts = dict(getattr(p, "epochs_by_bs", None) or {})
+            counts = dict(p.epochs_by_bs or {})
             v["bs_history"] = list(p.bs_per_epoch) if p.epochs_done <= SHORT_HISTORY else None
         elif v.get("eta_source") == "events":
             durations = {int(k): d for k, d in (v.get("epoch_duration_by_bs") or {}).items()}
@@ -198,7 +163,7 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
         end_state = j.state if j is not None else "FINISHED"
         done, total = int(v.get("epochs_done") or 0), int(v.get("total_epochs") or 0)
         v["final_state"] = end_state
-        reported = bool(p is not None and (getattr(p, "started", False) or p.epochs_done)) or \
+        reported = bool(p is not None and (p.started or p.epochs_done)) or \
             v.get("eta_source") == "events"
         v["ended_early"] = bool(reported and total and done < total and (j is None or j.state == "COMPLETED" or
                                                             end_state in ("FAILED", "TIMEOUT", "NODE_FAIL",
@@ -211,15 +176,3 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
             except Exception:  # noqa: BLE001 - the history only improves ETAs
                 pass
     state.finish_jobs(final, now)
-
-
-def final_reason(row: dict) -> str:
-    """What a finished job's line says: its final Slurm state, and "ended early" with its epochs."""
-    v = row.get("view") or {}
-    state = v.get("final_state") or row.get("state") or "FINISHED"
-    done, total = v.get("epochs_done"), v.get("total_epochs")
-    if v.get("ended_early"):
-        return f"ended early: {done}/{total} epochs, not requeued ({state})"
-    if total:
-        return f"finished: {state}, {done}/{total} epochs"
-    return f"finished: {state}"

@@ -25,6 +25,11 @@ def in_partition(job, partition: str | None) -> bool:
     return not (partition and job.partition and partition not in str(job.partition).split(","))
 
 
+def node_in_partition(node, partition: str | None) -> bool:
+    """A node's side of the partition rule: no partition configured, or the node is in it."""
+    return not partition or partition in node.partitions
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """One job from ``squeue --json`` (Slurm 22.05 / OpenAPI v0.0.38 up to 26.05 / data_parser

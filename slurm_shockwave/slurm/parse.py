@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from pydantic import ValidationError
 
+from ..validation import describe
 from .errors import SlurmError, one_line
 from .models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
 from .shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
@@ -177,11 +178,7 @@ def _gpus_of(rec: JobRecord) -> tuple[int, int | None]:
 
 
 def _validation_line(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "record"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
+    return "; ".join(describe(exc)[:3])
 
 
 def _problem_job(job_id: int, raw: dict, problem: str) -> SlurmJob:

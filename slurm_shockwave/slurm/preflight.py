@@ -15,18 +15,19 @@ from pathlib import Path
 
 from .commands import SlurmCLI
 from .errors import SlurmError
+from .models import node_in_partition
 
 #: seconds per Slurm command during the check (a missing slurmctld should not keep `check` waiting long)
 CHECK_TIMEOUT = 15.0
 
 
 def slurm_conf_path(cfg) -> str | None:
-    return cfg.slurm_env.get("SLURM_CONF") or os.environ.get("SLURM_CONF")
+    return cfg.slurm.env.get("SLURM_CONF") or os.environ.get("SLURM_CONF")
 
 
 def check_slurm(cfg, cli=None) -> list[str]:
     conf = slurm_conf_path(cfg)
-    where = "[slurm.env] SLURM_CONF" if "SLURM_CONF" in cfg.slurm_env else "SLURM_CONF"
+    where = "[slurm.env] SLURM_CONF" if "SLURM_CONF" in cfg.slurm.env else "SLURM_CONF"
     if conf is not None and not Path(conf).is_file():
         # scontrol would retry for 60 s on a missing file
         return [f"{where} = {conf!r}: no such file; point it at the cluster's slurm.conf"]
@@ -80,7 +81,7 @@ def check_partition(cfg, cli) -> list[str]:
             return [f"controller.partition = {part!r}: no such partition in Slurm (sinfo -s lists them)"]
         return [f"controller.partition = {part!r}: cannot be read ({str(e).splitlines()[0]})"]
     try:
-        nodes = [n for n in cli.sinfo_nodes() if part in n.partitions]
+        nodes = [n for n in cli.sinfo_nodes() if node_in_partition(n, part)]
     except SlurmError as e:
         return [f"Slurm nodes cannot be read ({str(e).splitlines()[0]})"]
     if not nodes:
@@ -99,7 +100,7 @@ def partition_warnings(cli, part: str) -> list[str]:
         nodes = cli.sinfo_nodes()
     except SlurmError:
         return []
-    mine = [n for n in nodes if part in n.partitions]
+    mine = [n for n in nodes if node_in_partition(n, part)]
     if not mine:
         return [f"partition {part!r} has no nodes (or does not exist): nothing will be planned; check "
                 "controller.partition and slurm.conf (`shockwave controller check`)"]

@@ -1,17 +1,10 @@
-class WorkloadError(ValueError):
-    """Bad workload input.  The message is one line: `file:line: field: problem`."""
+from ..loader import InputFileError
+
+
+class WorkloadError(InputFileError):
+    """Bad workload input.  The message is one line: `file:line: field: problem` (`file:line: problem` when the
+    problem names its field itself, as validation.describe's lines do)."""
 
     def __init__(self, path, line, field, problem):
-        where = f"{path}:{line}" if line else f"{path}"
-        super().__init__(f"{where}: {field}: {problem}")
-        self.path, self.line, self.field, self.problem = path, line, field, problem
-
-
-def read_text(path):
-    """A workload file's text; a missing or unreadable file is a one-line WorkloadError."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        raise WorkloadError(path, 0, "file", "not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(path, 0, "file", str(e)) from None
+        super().__init__(path, f"{field}: {problem}" if field else problem, line)
+        self.field = field

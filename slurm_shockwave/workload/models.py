@@ -1,4 +1,4 @@
-"""Facts about the reference workload's models (from the reference notes, sections 3.2 and 3.3).
+"""Facts about the reference workload's models (docs/reference.md §4.2 and §4.3).
 
 Dataset sizes set how many iterations an epoch has: ceil(samples / batch_size).  The batch-size caps
 are the largest batch sizes with a throughput profile; Accordion switches between the initial batch size

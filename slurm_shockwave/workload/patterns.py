@@ -1,7 +1,7 @@
 """The reference's per-job batch-size patterns and exclusive run times (its `utils.generate_pickle_file`).
 
-These are what the reference computes for every job of a `.trace` before simulating it (reference notes 3.2,
-3.3), restated as data:
+These are what the reference computes for every job of a `.trace` before simulating it (docs/reference.md
+§4.2, §4.3), restated as data:
 
 - GNS: a table per (model, initial batch size, GPUs) of the epochs where the batch size becomes x2, x4, x8,
   x16 the initial one (`utils.get_gns_bs_pattern`), capped at the model's largest batch size.  A quirk of the

@@ -11,9 +11,9 @@ exclusive run time is computed from the throughputs.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
+from ..loader import load
 from .errors import WorkloadError
 from .jobs import JobSpec
 from .models import ADAPTIVE_MAX_BS, accordion_critical, steps_per_epoch
@@ -21,12 +21,10 @@ from .models import ADAPTIVE_MAX_BS, accordion_critical, steps_per_epoch
 
 def load_profile(path) -> dict[int, dict]:
     path = Path(path)
+    data = load(path, "json")
     try:
-        data = json.loads(path.read_text())
         return {int(j["job_id"]): j for j in data["jobs"]}
-    except FileNotFoundError:
-        raise WorkloadError(path, 0, "file", "not found") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise WorkloadError(path, 0, "jobs", f"not a job profile file ({e})") from None
 
 

@@ -16,17 +16,17 @@ Fields per job (required: model, batch_size, and one of epochs/total_steps):
 """
 from __future__ import annotations
 
-import json
 import math
 import re
-import tomllib
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import WorkloadError, read_text
-from .jobs import MODES, JobSpec
+from ..loader import parse, read_text
+from ..validation import describe
+from .errors import WorkloadError
+from .jobs import JobSpec
 from .models import DATASET_SIZE, MAX_BATCH_SIZE, steps_per_epoch
 
 PosInt = Annotated[int, Field(ge=1)]
@@ -47,31 +47,18 @@ def read_spec(path, num_gpus: int | None = None, throughputs=None) -> list[JobSp
 
 
 def _entries(path, text):
+    """(line or "job <index>", raw job) of every job of the file."""
+    data = parse(text, path)
     suffix = path.suffix.lower()
     if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise WorkloadError(path, 0, "toml", str(e)) from None
         headers = [i for i, ln in enumerate(text.splitlines(), 1) if re.match(r"\s*\[\[\s*job\s*\]\]", ln)]
         jobs = data.get("job", [])
         if not isinstance(jobs, list):
             raise WorkloadError(path, 0, "job", "expected [[job]] tables")
         return [(headers[i] if i < len(headers) else 0, j) for i, j in enumerate(jobs)]
     if suffix == ".jsonl":
-        out = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                out.append((lineno, json.loads(line)))
-            except ValueError as e:
-                raise WorkloadError(path, lineno, "json", str(e)) from None
-        return out
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise WorkloadError(path, getattr(e, "lineno", 0), "json", str(e).split(":")[0]) from None
+        lines = [i for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        return list(zip(lines, data))
     jobs = data.get("jobs") if isinstance(data, dict) else data
     if not isinstance(jobs, list):
         raise WorkloadError(path, 0, "jobs", "expected a list of job objects")
@@ -99,27 +86,6 @@ class JobEntry(BaseModel):
     critical_epochs: list[Pair[NonNegInt]] | None = None                    # [[start, stop), ...]
 
 
-_PROBLEM = {"int_type": "expected an integer", "int_from_float": "expected an integer",
-            "float_type": "expected a number", "finite_number": "expected a finite number",
-            "string_type": "expected a string", "list_type": "expected a list",
-            "too_short": "expected [a, b] pairs (too short)", "too_long": "expected [a, b] pairs (too long)",
-            "missing": "missing", "extra_forbidden": "unknown field"}
-
-
-def _problem(err: dict) -> str:
-    kind, ctx, value = err.get("type", ""), err.get("ctx") or {}, err.get("input")
-    if kind in ("missing", "extra_forbidden"):
-        return _PROBLEM[kind]
-    if kind == "literal_error":
-        return f"must be one of {', '.join(MODES)}, got {value!r}"
-    for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-        if key in ctx:
-            return f"must be {op} {ctx[key]}, got {value!r}"
-    if kind in _PROBLEM:
-        return f"{_PROBLEM[kind]}, got {value!r}"
-    return f"{err.get('msg', 'invalid')}, got {value!r}".replace("\n", " ")
-
-
 def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
     line = where if isinstance(where, int) else 0
     loc = path if line else f"{path} ({where})"
@@ -132,9 +98,7 @@ def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
     try:
         e = JobEntry.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first.get("loc") else "job"
-        raise err(field, _problem(first)) from None
+        raise err(None, describe(exc)[0]) from None
     model, bs, gpus = e.model, e.batch_size, e.gpus
     if model not in DATASET_SIZE and e.samples_per_epoch is None:
         raise err("model", f"unknown model {model!r} (give samples_per_epoch for a new model)")

@@ -6,9 +6,9 @@ whole job on `sf` GPUs.  A value of 0 means the combination is unavailable.
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
+from ..loader import load
 from .errors import WorkloadError
 from .models import model_of
 
@@ -29,12 +29,7 @@ class ThroughputTable:
     @classmethod
     def load(cls, path, worker_type: str = "v100") -> "ThroughputTable":
         path = Path(path)
-        try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise WorkloadError(path, 0, "file", "not found") from None
-        except (OSError, ValueError) as e:
-            raise WorkloadError(path, 0, "json", str(e).splitlines()[0]) from None
+        raw = load(path, "json")
         if not isinstance(raw, dict) or worker_type not in raw or not isinstance(raw[worker_type], dict):
             raise WorkloadError(path, 0, worker_type, "worker type missing from throughputs file")
         table = {}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import WorkloadError, read_text
+from ..loader import read_text
+from .errors import WorkloadError
 from .jobs import MODES, JobSpec
 from .models import DATASET_SIZE, MAX_BATCH_SIZE, model_of
 

@@ -1,4 +1,4 @@
-"""Fair-share finish-time estimates F-bar and the projected ratio rho-hat (notes 1.5, 1.6, 1.8).
+"""Fair-share finish-time estimates F-bar and the projected ratio rho-hat (docs/reference.md §2.4-§2.6).
 
 Whenever the set of active jobs changes, every active job gets a new estimate of its fair-share finish time
 **relative to its own arrival**, ``FT_i = (done_i + R_i) / s`` (the reference adds ``submit_i``: an absolute

@@ -1,4 +1,4 @@
-"""Turning round counts into per-round job lists (notes 1.5 rank step and 1.7 construct_schedules).
+"""Turning round counts into per-round job lists (docs/reference.md §2.4 rank step, §2.7 construct_schedules).
 
 1. ``pack_rounds``: jobs in priority order (high w first) take the earliest rounds that still have room for their
    gang; this is the reference's rank MILP (min sum_i w_i * mean round index of i) done greedily.  Fragmentation
@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 from typing import Hashable, Sequence
+
+from ..placement import Packer
 
 
 def _greedy_priority(order, gpus, counts, G, W):
@@ -150,16 +152,13 @@ def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: i
     return out
 
 
-def max_min_round(jobs: Sequence, num_gpus: int) -> list:
+def max_min_round(jobs: Sequence, num_gpus) -> list:
     """Fallback allocation for one round: least attained run time per unit weight first, while it fits.
 
-    ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time).  Repeated every round, this is a
+    ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time[, gpu type asked for]); ``num_gpus``: the
+    free GPUs, a number or {type: count} (solver/placement.py).  Repeated every round, this is a
     round-robin that equalises weighted attained service (max-min fairness in time) and never exceeds capacity.
     """
-    free = int(num_gpus)
-    out = []
-    for jid, g, rt, w, arr in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0]))):
-        if 0 < g <= free:
-            out.append(jid)
-            free -= g
-    return out
+    packer = Packer(num_gpus)
+    return [jid for jid, g, rt, w, arr, *gpu_type in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0])))
+            if packer.take(g, *gpu_type)]

@@ -1,4 +1,5 @@
-"""The window program (the reference's relaxed Eisenberg-Gale program, notes 1.3-1.5), built on round counts.
+"""The window program (the reference's relaxed Eisenberg-Gale program, docs/reference.md §2.2-§2.4), built on
+round counts.
 
 Reference (per job i, planned round t): binaries x_it, progress p_i, an SOS2 piecewise-linear log:
 

@@ -1,4 +1,4 @@
-"""AlloX (reference notes section 5): among the jobs not holding an allocation, the max(int(alpha m), n)
+"""AlloX (docs/reference.md §7.2): among the jobs not holding an allocation, the max(int(alpha m), n)
 longest-waiting ones are matched to (GPU, k-th-from-last position) slots by a min-cost bipartite matching
 (Hungarian method, scipy's linear_sum_assignment) with cost k x remaining processing time + time waited;
 the first job of each GPU gets X = 1/sf.  Jobs that hold a whole allocation keep it (effectively
@@ -6,18 +6,30 @@ non-preemptive for 1-GPU jobs, as in the reference)."""
 from __future__ import annotations
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 from scipy.optimize import linear_sum_assignment
 
 from .time_fraction import TimeFractionPolicy
 
 
+class AlloXConfig(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid", frozen=True)
+
+    # share of the waiting jobs that enter each matching (the reference's alpha, utils.py:608)
+    alpha: float = Field(0.2, ge=0.0, le=1.0)
+
+
 class AlloX(TimeFractionPolicy):
     name = "allox"
     label = "AlloX"
+    reference_name = "allox"
+    description = "waiting jobs matched to GPU slots by least total completion time; non-preemptive."
+    config_model = AlloXConfig
+    baseline = True
+    order = 30
 
-    def __init__(self, alpha: float = 0.2):
-        super().__init__()
-        self.alpha = alpha
+    def __init__(self, config: AlloXConfig | None = None):
+        super().__init__(config)
         self._prev: dict = {}
 
     def allocate(self, view):
@@ -28,7 +40,7 @@ class AlloX(TimeFractionPolicy):
         n = view.num_gpus - len(holding)
         since = {j: view.now - jobs[j].arrival_time for j in jobs}
         unallocated.sort(key=lambda j: -since[j])
-        chosen = unallocated[: max(int(self.alpha * len(unallocated)), n)]
+        chosen = unallocated[: max(int(self.config.alpha * len(unallocated)), n)]
         alloc = {j: self._prev.get(j, 0.0) for j in jobs}
         m = len(chosen)
         if m and n > 0:

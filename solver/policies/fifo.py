@@ -2,18 +2,17 @@
 GPUs an earlier large one cannot); everyone else waits."""
 from __future__ import annotations
 
+from ..placement import Packer
 from .time_fraction import TimeFractionPolicy
 
 
 class Fifo(TimeFractionPolicy):
     name = "fifo"
     label = "FIFO"
+    description = "first in, first out, whole gangs in arrival order while GPUs are free."
+    order = 70
 
     def allocate(self, view):
-        free = view.num_gpus
-        x = {}
-        for job in sorted(view.jobs, key=lambda j: (j.arrival_time, str(j.job_id))):
-            fits = job.num_gpus <= free
-            x[job.job_id] = 1.0 if fits else 0.0
-            free -= job.num_gpus if fits else 0
-        return x
+        packer = Packer(view.capacity)
+        return {job.job_id: 1.0 if packer.take(job.num_gpus, job.gpu_type) else 0.0
+                for job in sorted(view.jobs, key=lambda j: (j.arrival_time, str(j.job_id)))}

@@ -1,4 +1,4 @@
-"""Themis finish-time fairness in Gavel's convex form (reference notes section 5):
+"""Themis finish-time fairness in Gavel's convex form (docs/reference.md §7.2):
 
     minimise max_i rho_i(X),  rho_i = (t_i + R_i / (thr_i X_i)) / (T_iso_i + R_i / iso_i)
 
@@ -61,6 +61,11 @@ def minmax_ratio_allocation(R, thr, t, E, sf, capacity):
 class FinishTimeFairness(TimeFractionPolicy):
     name = "finish_time_fairness"
     label = "Themis"
+    aliases = ("themis",)
+    reference_name = "finish_time_fairness"
+    description = "finish-time fairness in Gavel's convex form, the worst projected rho minimised."
+    baseline = True
+    order = 20
 
     def __init__(self):
         super().__init__()

@@ -8,6 +8,11 @@ from .time_fraction import TimeFractionPolicy
 class GandivaFair(TimeFractionPolicy):
     name = "gandiva_fair"
     label = "Gandiva-Fair"
+    aliases = ("gandiva-fair",)
+    reference_name = "gandiva_fair"
+    description = "equal time shares per job (proportional share, equal tickets)."
+    baseline = True
+    order = 60
 
     def allocate(self, view):
         m = len(view.jobs)

@@ -33,6 +33,11 @@ def water_fill(demands: dict, weights: dict, capacity: float) -> dict:
 class MaxMinFairness(TimeFractionPolicy):
     name = "max_min_fairness"
     label = "Gavel"
+    aliases = ("gavel",)
+    reference_name = "max_min_fairness"
+    description = "max-min fairness, every job an equal (weighted) share of GPU time."
+    baseline = True
+    order = 10
 
     def allocate(self, view):
         demands = {j.job_id: float(j.num_gpus) for j in view.jobs}

@@ -14,6 +14,11 @@ from .time_fraction import TimeFractionPolicy
 class MaxSumThroughput(TimeFractionPolicy):
     name = "max_sum_throughput"
     label = "MST"
+    aliases = ("mst",)
+    reference_name = "max_sum_throughput_perf"
+    description = "max-sum-throughput, the most total throughput with fairness ignored."
+    baseline = True
+    order = 40
 
     def allocate(self, view):
         free = float(view.num_gpus)

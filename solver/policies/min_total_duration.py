@@ -38,6 +38,11 @@ def min_makespan_allocation(R, thr, sf, capacity):
 class MinTotalDuration(TimeFractionPolicy):
     name = "min_total_duration"
     label = "OSSP"
+    aliases = ("ossp",)
+    reference_name = "min_total_duration"
+    description = "min total duration, the smallest makespan every job can meet."
+    baseline = True
+    order = 50
 
     def allocate(self, view):
         jobs = list(view.jobs)

@@ -48,10 +48,11 @@ from typing import Mapping
 from solver.market.backends import make_backend
 from solver.market.fairshare import FairShareTracker, priority_weight, rho_hat, uniform_share
 from solver.market.plan import backfill, max_min_round, pack_rounds
+from solver.placement import Packer
 from solver.market.program import WindowProblem, make_window_job, solve_window
 from solver.policies.shockwave_config import ShockwaveConfig
 from solver.predictor import RegimeSummary, done_duration_from_summary, predict_remaining
-from solver.types import ClusterView, Policy, RoundDecision
+from solver.types import ClusterView, JobPlan, Policy, RoundDecision
 
 log = logging.getLogger("solver.market")
 
@@ -60,6 +61,11 @@ __all__ = ["ShockwaveConfig", "ShockwavePolicy"]
 
 class ShockwavePolicy(Policy):
     name = "shockwave"
+    label = "Shockwave"
+    reference_name = "shockwave"
+    description = "predicted batch-size regimes and a windowed Nash-social-welfare market (NSDI '23)."
+    config_model = ShockwaveConfig
+    order = 0
 
     def __init__(self, config: ShockwaveConfig | Mapping | None = None, backend=None) -> None:
         if config is None:
@@ -71,6 +77,7 @@ class ShockwavePolicy(Policy):
         self.fairshare = FairShareTracker()
         self.known_jobs: set = set()
         self.plan: dict[int, list] = {}      # absolute round -> job ids
+        self.plan_rules: dict[int, dict] = {}  # absolute round -> {job id: the rule that placed it (types.RULES)}
         self.plan_meta: dict = {}            # job id -> explanation from the last solve
         self.last_solve_round: int | None = None
         self.last_solve_time = 0.0
@@ -85,6 +92,7 @@ class ShockwavePolicy(Policy):
             "fairshare": self.fairshare.state_dict(),
             "known_jobs": sorted(self.known_jobs, key=str),
             "plan": [[r, list(ids)] for r, ids in sorted(self.plan.items())],
+            "plan_rules": [[r, [[jid, rule] for jid, rule in rules.items()]] for r, rules in sorted(self.plan_rules.items())],
             "plan_meta": [[jid, dict(m)] for jid, m in self.plan_meta.items()],
             "last_solve_round": self.last_solve_round,
             "last_ran": dict(self.last_ran),
@@ -94,6 +102,7 @@ class ShockwavePolicy(Policy):
         self.fairshare.load_state_dict(state.get("fairshare", {}))
         self.known_jobs = set(state.get("known_jobs", []))
         self.plan = {int(r): list(ids) for r, ids in state.get("plan", [])}
+        self.plan_rules = {int(r): {jid: rule for jid, rule in rules} for r, rules in state.get("plan_rules", [])}
         self.plan_meta = {jid: dict(m) for jid, m in state.get("plan_meta", [])}
         lsr = state.get("last_solve_round")
         self.last_solve_round = None if lsr is None else int(lsr)
@@ -114,7 +123,7 @@ class ShockwavePolicy(Policy):
                 return self._fallback(view, {}, "fallback", 0.0)
             except Exception:
                 log.exception("shockwave: fallback failed")
-                return RoundDecision((), {"path": "fallback", "jobs": {}})
+                return RoundDecision((), path="fallback")
 
     def _estimates(self, view: ClusterView) -> dict:
         est = {}
@@ -213,8 +222,8 @@ class ShockwavePolicy(Policy):
         need = (changed or r not in self.plan or self.last_solve_round is None
                 or r - self.last_solve_round >= cfg.reopt_rounds or r < self.last_solve_round)
         if not view.jobs:
-            self.plan, self.plan_meta = {}, {}
-            return RoundDecision((), {"path": "idle", "jobs": {}, "solve_time_s": 0.0})
+            self.plan, self.plan_meta, self.plan_rules = {}, {}, {}
+            return RoundDecision((), path="idle")
         path, solve_time = "cached", 0.0
         # who runs first this round: computed once, used by the solve (pinning, backfill) and by the round's fill
         fresh: dict = {}
@@ -254,7 +263,7 @@ class ShockwavePolicy(Policy):
         # jobs that run now, pinned to the first rounds of the window while their gangs fit together: finishing
         # jobs (every epoch reported, still running), oldest first; then the critical path; then every other job
         # by its fair-finish deadline (earliest first).  The market plans what is left of the window.
-        forced, used = set(), 0
+        forced, used = {}, 0                  # job -> the rule that pinned it
         finishing = sorted((wj.job_id for wj in wjobs if est[wj.job_id]["finishing"]),
                            key=lambda i: (-(view.now - arrival_of[i]), str(i)))
         by_id = {wj.job_id: wj for wj in wjobs}
@@ -262,7 +271,8 @@ class ShockwavePolicy(Policy):
             wj = by_id.get(jid)
             if wj is not None and jid not in forced and used + wj.gpus <= G:
                 wj.min_rounds = wj.nmax
-                forced.add(jid)
+                forced[jid] = ("finishing" if est[jid]["finishing"] else
+                               "critical_path" if fresh.get(jid, {}).get("critical_path") else "deadline")
                 used += wj.gpus
         problem = WindowProblem(wjobs, G, W, D, k)
         try:
@@ -272,7 +282,7 @@ class ShockwavePolicy(Policy):
                 raise
             for wj in wjobs:
                 wj.min_rounds = 0
-            forced = set()
+            forced = {}
             sol = solve_window(problem, self.backend, cfg.solver_timeout, cfg.solver_rel_gap)
         counts = sol.counts
         gpus = {j.job_id: j.num_gpus for j in view.jobs}
@@ -286,8 +296,11 @@ class ShockwavePolicy(Policy):
         rounds, short = pack_rounds(order, gpus, counts, G, W, pinned=forced)
         if short:
             log.info("shockwave: round %d packing left %d job-rounds unplaced (backfilled)", r, sum(short.values()))
+        packed = [set(ids) for ids in rounds]
         rounds = backfill(rounds, priority, gpus, G)
         self.plan = {r + t: ids for t, ids in enumerate(rounds)}
+        self.plan_rules = {r + t: {i: forced.get(i) or ("market" if i in packed[t] else "backfill") for i in ids}
+                           for t, ids in enumerate(rounds)}
         for jid, m in meta.items():
             m["rounds_planned"] = int(counts.get(jid, 0))
         self.plan_meta = meta
@@ -304,40 +317,36 @@ class ShockwavePolicy(Policy):
         if not overdue:
             return run, []
         overdue.sort(key=lambda i: (-self._waited(i, r), -(view.now - jobs[i].arrival_time), str(i)))
-        out, used = [], 0
+        out, packer = [], Packer(view.capacity)
         for jid in overdue:
-            g = jobs[jid].num_gpus
-            if used + g > G:
+            if packer.take(jobs[jid].num_gpus, jobs[jid].gpu_type) is None:
                 break
             out.append(jid)
-            used += g
         chosen = set(out)
         for jid in list(run) + list(extra):
-            g = jobs[jid].num_gpus
-            if jid not in chosen and used + g <= G:
+            if jid not in chosen and packer.take(jobs[jid].num_gpus, jobs[jid].gpu_type):
                 out.append(jid)
                 chosen.add(jid)
-                used += g
         return out, overdue
 
     def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float, priority: list,
                    fresh: dict) -> RoundDecision:
-        r, G = int(view.round_index), int(view.num_gpus)
+        r = int(view.round_index)
         jobs = {j.job_id: j for j in view.jobs}
-        run, used = [], 0
+        planned_rules = self.plan_rules.get(r, {})
+        run, packer, rule = [], Packer(view.capacity), {}
         for jid in self.plan.get(r, []):
             j = jobs.get(jid)
-            if j is not None and used + j.num_gpus <= G:
+            if j is not None and packer.take(j.num_gpus, j.gpu_type):
                 run.append(jid)
-                used += j.num_gpus
+                rule[jid] = planned_rules.get(jid, "market")
         # GPUs freed by jobs that left since the plan was made: in the policy's priority order
         present = set(run)
         rest = [jid for jid in priority if jid not in present]
         for jid in rest:
-            g = jobs[jid].num_gpus
-            if 0 < g <= G - used:
+            if packer.take(jobs[jid].num_gpus, jobs[jid].gpu_type):
                 run.append(jid)
-                used += g
+                rule[jid] = "backfill"
         run, overdue = self._guard(view, run, rest)
         for jid in run:
             self.last_ran[str(jid)] = r
@@ -348,31 +357,29 @@ class ShockwavePolicy(Policy):
                     first.setdefault(jid, t - r)
         chosen = set(run)
         overdue_set = set(overdue)
-        info_jobs = {}
-        for jid, j in jobs.items():
-            m = dict(self.plan_meta.get(jid, {}))
-            m["predicted_remaining_s"] = est[jid]["remaining"]
-            m.update(fresh.get(jid, {}))
-            m["next_planned_round_offset"] = 0 if jid in chosen else first.get(jid)
-            m.setdefault("rounds_planned", 0)
-            m["waited_rounds"] = self._waited(jid, r) if jid not in chosen else 0
-            m["starvation_guard"] = jid in overdue_set
-            m["path"] = path
-            info_jobs[jid] = m
-        info = {"path": path, "solve_time_s": solve_time, "solver_status": self.last_status,
-                "last_solve_round": self.last_solve_round, "window_rounds": self.config.future_rounds,
-                "starvation_rounds": self.config.starvation_bound_rounds, "jobs": info_jobs}
-        return RoundDecision(tuple(run), info)
+        plans = {}
+        for jid in jobs:
+            m = {**self.plan_meta.get(jid, {}), **fresh.get(jid, {})}
+            running = jid in chosen
+            plans[jid] = JobPlan(
+                jid, rule=("guard" if jid in overdue_set else rule.get(jid, "backfill")) if running else "",
+                predicted_remaining_s=est[jid]["remaining"], rho_hat=m.get("rho_hat"), weight=m.get("weight"),
+                rounds_planned=int(m.get("rounds_planned") or 0), next_offset=0 if running else first.get(jid),
+                fair_finish_in_s=m.get("fair_finish_in_s"), critical_path=bool(m.get("critical_path")),
+                waited_rounds=0 if running else self._waited(jid, r), overdue=jid in overdue_set)
+        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time, solver_status=self.last_status,
+                             window_rounds=self.config.future_rounds)
 
     def _fallback(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
         log.warning("shockwave: round %s uses the max-min fairness fallback", view.round_index)
-        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, view.now - j.arrival_time) for j in view.jobs]
-        rows = [(a, b, c, d, -age) for a, b, c, d, age in rows]     # older first on ties
-        run = max_min_round(rows, view.num_gpus)
+        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type)
+                for j in view.jobs]                                  # older first on ties
+        run = max_min_round(rows, view.capacity)
         for jid in run:
             self.last_ran[str(jid)] = int(view.round_index)
         chosen = set(run)
-        info_jobs = {j.job_id: {"rounds_planned": None, "next_planned_round_offset": 0 if j.job_id in chosen else None,
-                                "predicted_remaining_s": est.get(j.job_id, {}).get("remaining"),
-                                "rho_hat": None, "weight": j.weight, "path": path} for j in view.jobs}
-        return RoundDecision(tuple(run), {"path": path, "solve_time_s": solve_time, "jobs": info_jobs})
+        plans = {j.job_id: JobPlan(j.job_id, rule="fallback" if j.job_id in chosen else "",
+                                   next_offset=0 if j.job_id in chosen else None, weight=j.weight,
+                                   predicted_remaining_s=est.get(j.job_id, {}).get("remaining"))
+                 for j in view.jobs}
+        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time)

@@ -1,4 +1,5 @@
-"""Shockwave's hyperparameters, validated with pydantic v2 (strict types, no NaN/inf, bounds, one-line errors).
+"""Shockwave's hyperparameters, validated with pydantic v2 (strict types, no NaN/inf, bounds; a plain
+ValidationError, worded by the caller).  Files of them are read by slurm_shockwave (policy_settings.py).
 
 JSON/TOML keys are the attribute names, except ``lambda`` (attribute ``lambda_``).  Unknown keys (the reference
 configs' ``gpu_ram``, ``log_approximation_bases``, ``_comment``...) are ignored.
@@ -16,20 +17,9 @@ Settings that scale with the cluster:
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-
-def _one_line(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(x) for x in err.get("loc", ())) or "config"
-    loc = "lambda" if loc == "lambda_" else loc
-    msg = str(err.get("msg", "invalid")).replace("\n", " ")
-    val = err.get("input")
-    return f"shockwave config: {loc!r} {msg}, got {val!r}"
-
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PosInt = Annotated[int, Field(ge=1)]
 
@@ -81,16 +71,7 @@ class ShockwaveConfig(BaseModel):
             data["lambda"] = data.pop("lambda_")
         if "k" in data and "k_norm" not in data:
             data["k_norm"] = None        # an explicit absolute k (the reference's configs) is used as given
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise ValueError(_one_line(exc)) from None
-
-    def __setattr__(self, name, value) -> None:
-        try:
-            super().__setattr__(name, value)
-        except ValidationError as exc:
-            raise ValueError(_one_line(exc)) from None
+        super().__init__(**data)     # a pydantic ValidationError: the caller words it (slurm_shockwave.validation)
 
     @property
     def starvation_bound_rounds(self) -> int:
@@ -107,30 +88,6 @@ class ShockwaveConfig(BaseModel):
         names = set(cls.model_fields) | {"lambda"}
         kw = {key: val for key, val in d.items() if key in names and key != "lambda_"}
         return cls(**kw)
-
-    @classmethod
-    def from_json(cls, path) -> "ShockwaveConfig":
-        try:
-            with open(path) as fh:
-                data = json.load(fh)
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"shockwave config: cannot read {path}: {exc}".replace("\n", " ")) from None
-        return cls.from_dict(data)
-
-    @classmethod
-    def from_file(cls, path) -> "ShockwaveConfig":
-        """JSON, or TOML for a ``.toml`` file (optionally under a ``[shockwave]`` table)."""
-        if str(path).lower().endswith(".toml"):
-            import tomllib
-            try:
-                with open(path, "rb") as fh:
-                    data = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"shockwave config: cannot read {path}: {exc}".replace("\n", " ")) from None
-            if isinstance(data.get("shockwave"), dict):
-                data = data["shockwave"]
-            return cls.from_dict(data)
-        return cls.from_json(path)
 
     def to_dict(self) -> dict:
         d = self.model_dump()

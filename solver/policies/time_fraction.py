@@ -1,5 +1,5 @@
 """Gavel's round mechanism: turn a time-fraction allocation X (job -> share of time on its GPUs) into the
-set of jobs to run each round (reference notes section 5; Gavel's `_update_priorities` semantics).
+set of jobs to run each round (docs/reference.md §7.1; Gavel's `_update_priorities` semantics).
 
 - The allocation is recomputed when jobs arrived or left, but at most every `reset_interval` seconds (1000).
   At each recomputation the time accounts are reset (each job restarts at half a round) and the
@@ -13,14 +13,17 @@ set of jobs to run each round (reference notes section 5; Gavel's `_update_prior
 """
 from __future__ import annotations
 
-from ..types import ClusterView, JobView, Policy, RoundDecision
+from ..placement import Packer
+from ..types import ClusterView, JobView, RoundDecision
+from .base import Policy
 
 
 class TimeFractionPolicy(Policy):
     name = "time_fraction"
     reset_interval = 1000.0
 
-    def __init__(self):
+    def __init__(self, config=None):
+        super().__init__(config)
         self.allocation: dict = {}
         self.job_time: dict = {}
         self.worker_time = 0.0
@@ -59,7 +62,7 @@ class TimeFractionPolicy(Policy):
             self._reset(now, half)
             self.allocation = dict(self.allocate(view))
             self.need_update = False
-        return RoundDecision(run=tuple(self._select(view, active)), info={"allocation": dict(self.allocation)})
+        return RoundDecision(run=tuple(self._select(view, active)))
 
     def _reset(self, now: float, half: float) -> None:
         elapsed = now - self.last_reset
@@ -82,14 +85,13 @@ class TimeFractionPolicy(Policy):
     def _select(self, view: ClusterView, active: dict) -> list:
         entries = [(self.priority(active[j]), self.deficits[j], self.allocation.get(j, 0.0), j) for j in self._order]
         entries.sort(key=lambda e: e[:3], reverse=True)
-        free, run = view.num_gpus, []
+        packer, run = Packer(view.capacity), []
         for *_key, job_id in entries:
-            if free == 0:
+            if packer.total == 0:
                 break
             job = active[job_id]
-            if job.throughput <= 0 or job.num_gpus > free:
+            if job.throughput <= 0 or packer.take(job.num_gpus, job.gpu_type) is None:
                 continue
-            free -= job.num_gpus
             if job_id in self.allocation:
                 run.append(job_id)
         return run

@@ -1,0 +1,75 @@
+"""A policy's settings, validated by the model its class declares (`config_model`, solver/policies/registry.py).
+
+From a table of a config file every unknown key and every bad value is reported, in the table's order (a typo
+must not pass silently); from a file (read by loader.py; a TOML file may hold them under a `[<policy>]` table)
+the model decides what an unknown key means (ShockwaveConfig ignores those of the reference's JSON files).
+Problems are raised as a pydantic `ValidationError` whose locations are the keys, for validation.describe.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
+
+from .loader import load
+from .validation import message
+
+
+def policy_class(name: str) -> type:
+    """The policy class named `name` (its name, an alias or its reference name); ValueError if none."""
+    from solver.policies import policy_class as lookup
+
+    from .plugins import load_policy_plugins
+    load_policy_plugins()
+    return lookup(name)
+
+
+def settings_model(name: str) -> type[BaseModel] | None:
+    """The model of the named policy's settings; None: the policy has none."""
+    return policy_class(name).config_model
+
+
+def from_table(name: str, table: dict) -> BaseModel:
+    """The settings in `table` (the policy must have settings)."""
+    model = settings_model(name)
+    known = {f.alias or key for key, f in model.model_fields.items()}
+    order = {key: i for i, key in enumerate(table)}
+    errors = [{"type": "extra_forbidden", "loc": (key,), "input": value}
+              for key, value in table.items() if key not in known]
+    try:
+        settings = model.model_validate({k: v for k, v in table.items() if k in known})
+    except ValidationError as e:
+        errors += [rewrap(err) for err in e.errors(include_url=False)]
+    if errors:
+        errors.sort(key=lambda err: order.get(err["loc"][0] if err["loc"] else None, len(order)))
+        raise ValidationError.from_exception_data(model.__name__, errors)
+    return settings
+
+
+def from_file(name: str, path) -> BaseModel:
+    """The settings in a file (InputFileError when it cannot be read, ValidationError when they are invalid)."""
+    data = load(path)
+    own = policy_class(name).name
+    if isinstance(data, dict) and isinstance(data.get(own), dict):
+        data = data[own]
+    return settings_model(name).model_validate(data)
+
+
+def custom(loc: tuple, value, text: str) -> dict:
+    """An error of our own at `loc`, for ValidationError.from_exception_data."""
+    return {"type": PydanticCustomError("invalid", "{why}", {"why": text}), "loc": loc, "input": value}
+
+
+def rewrap(err: dict, loc: tuple | None = None) -> dict:
+    """A reported error, ready to be raised again (at `loc`, default: where it was)."""
+    loc = tuple(err.get("loc", ())) if loc is None else loc
+    if err.get("type") in ("extra_forbidden", "missing"):
+        return {"type": err["type"], "loc": loc, "input": err.get("input")}
+    return custom(loc, err.get("input"), message(err))
+
+
+def resolve(ref: str, bundled: Path) -> Path:
+    """A settings file named in a config: a path, else the name of a bundled file."""
+    path = Path(ref)
+    return path if path.is_absolute() or path.exists() else bundled / path

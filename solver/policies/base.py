@@ -1,0 +1,46 @@
+"""The Policy base class: every policy describes itself, so the registry, the CLI, the report and the study
+read one place and a new policy is one file in this package.
+
+A subclass that declares its own ``name`` and ``label`` is listed by the registry (registry.py) as soon as its
+class statement runs; a helper without them (TimeFractionPolicy, a test's scripted policy) is not listed, and
+may reuse names freely.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel
+
+
+class Policy:
+    """Base class: one small class per policy.  Policies may keep state between rounds."""
+
+    name: ClassVar[str] = "policy"                      # registry key; the results' and the metrics' name
+    label: ClassVar[str | None] = None                  # short display name in tables, e.g. "Gavel"
+    aliases: ClassVar[tuple[str, ...]] = ()             # other names it is found by (any case)
+    reference_name: ClassVar[str | None] = None         # its name in the reference implementation's results
+    description: ClassVar[str] = ""                     # one line for the CLI help
+    config_model: ClassVar[type[BaseModel] | None] = None   # its settings (pydantic v2), None: it has none
+    baseline: ClassVar[bool] = False                    # shown beside Shockwave in the study's tables
+    order: ClassVar[int] = 100                          # listings: lower first, then by name
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and cls.__dict__.get("label"):
+            for attr in ("aliases", "reference_name"):      # another policy's other names are not this one's
+                if attr not in cls.__dict__:
+                    setattr(cls, attr, getattr(Policy, attr))
+            from .registry import register
+            register(cls)
+
+    def __init__(self, config: BaseModel | None = None) -> None:
+        """``config``: an instance of ``config_model``, or None for its defaults."""
+        if config is None and self.config_model is not None:
+            config = self.config_model()
+        self.config = config
+
+    def decide(self, view):  # pragma: no cover - interface
+        """The solver.types.RoundDecision for a solver.types.ClusterView (not imported here: solver.types
+        re-exports this class)."""
+        raise NotImplementedError
+
