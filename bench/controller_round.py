@@ -44,7 +44,7 @@ def controller(c, root: Path, name: str, store: Path, dry_run: bool) -> Controll
     cfg = config_from_dict({"controller": {"round_seconds": 0.01, "mode": "authoritative", "dry_run": dry_run,
                                            "partition": c.partition, "state_dir": str(root / f"state-{name}"),
                                            "event_store": str(store)},
-                            "policy": {"name": "shockwave"}}, "bench")
+                            "policy": {}}, "bench")                       # the default policy
     cfg.slurm.env = dict(c.env)
     return Controller(cfg)
 
@@ -97,11 +97,53 @@ def timed_round(ctl: Controller) -> float:
     return time.perf_counter() - t
 
 
+def timed_rounds(ctl: Controller, n: int) -> list[dict]:
+    """n rounds of the controller, each with its phases (read = observe: squeue --json + sprio + nodes + events;
+    decide = the policy and the gate; enact = the reconcile's Slurm calls and their journal) and the process's
+    RSS after it."""
+    backend, phases = ctl.backend, {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+    observe, apply = backend.observe, backend.apply
+    backend.observe, backend.apply = timed("read", observe), timed("enact", apply)
+    calls = []
+    run = backend.cli.run
+    backend.cli.run = lambda argv, *a, **k: (calls.append(argv[0]), run(argv, *a, **k))[1]
+    out = []
+    try:
+        for _ in range(n):
+            phases.clear()
+            calls.clear()
+            total = timed_round(ctl)
+            out.append({"total": total, "read": phases.get("read", 0.0), "enact": phases.get("enact", 0.0),
+                        "decide": total - phases.get("read", 0.0) - phases.get("enact", 0.0),
+                        "calls": len(calls), "rss_mb": rss_bytes() / 1e6})
+    finally:
+        backend.observe, backend.apply, backend.cli.run = observe, apply, run
+    return out
+
+
+def round_row(label: str, jobs: int, gpus: int, rounds: list[dict]) -> list[str]:
+    return [f"| {label} | {jobs} | {gpus} | {i} | **{r['total']:.2f}** | {r['read']:.2f} | {r['decide']:.2f} | "
+            f"{r['enact']:.2f} | {r['calls']} | {r['rss_mb']:.0f} |" for i, r in enumerate(rounds)]
+
+
+ROUND_HEAD = ("| Slurm | pending jobs | GPUs | round | total s | read s | decide s | enact s | Slurm calls | "
+              "controller RSS MB |\n|---|---|---|---|---|---|---|---|---|---|\n")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
-    ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--gpus-per-node", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--event-lines", type=int, default=0, help="epoch lines per job (0: the plain round bench)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one steady round with events")
@@ -124,19 +166,16 @@ def main(argv=None):
 
 
 def plain_bench(c, root: Path, args) -> None:
+    rss0 = rss_bytes() / 1e6
     ctl = controller(c, root, "plain", root / "events", dry_run=False)
-    times = [timed_round(ctl) for _ in range(args.rounds)]
-    rec = ctl.loop.records
+    rounds = timed_rounds(ctl, args.rounds)
     ctl.close()
-    rows = [f"| {args.jobs} | {args.nodes * args.gpus_per_node} | round {i}: {t:.2f} s (decide "
-            f"{rec[i].decide_seconds:.2f} s, {len(rec[i].run)} planned) |" for i, t in enumerate(times)]
-    for r in rows:
-        print(r)
+    rows = round_row(c.run(["sinfo", "-V"]).stdout.split()[-1], args.jobs, args.nodes * args.gpus_per_node, rounds)
+    print("\n".join(rows))
     append_doc("\n## Controller round on a local Slurm cluster\n\n"
-               f"`.venv/bin/python bench/controller_round.py --jobs {args.jobs}` ({time.strftime('%Y-%m-%d')}): "
-               "one `squeue --json` + `sprio` + `sinfo --json` read, the Shockwave policy, and the reconcile "
-               "(the first round holds and sets SiteFactor on every deferred job; later rounds find Slurm in the "
-               "planned state).\n\n| jobs | GPUs | round time |\n|---|---|---|\n" + "\n".join(rows) + "\n")
+               f"`.venv/bin/python bench/controller_round.py --jobs {args.jobs} --nodes {args.nodes} --gpus-per-node "
+               f"{args.gpus_per_node}` ({time.strftime('%Y-%m-%d')}; RSS of the bench process before the controller: "
+               f"{rss0:.0f} MB).\n\n" + ROUND_HEAD + "\n".join(rows) + "\n")
 
 
 def events_bench(c, root: Path, ids: list[int], args) -> None:

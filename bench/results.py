@@ -4,8 +4,8 @@
     .venv/bin/python bench/results.py --experiments tacc_32gpus scale_64gpus scale_256gpus --out table.md
 
 Writes docs/results_<experiment>.json (the full results, input for `shockwave report`) and, with --out, a
-markdown table.  Shockwave runs with the built-in configuration ShockwaveConfig() (the one configuration for
-every workload) plus, with --reference-config, a row with the reference's own config file for the experiment.
+markdown table.  Every policy runs with its built-in configuration (the one configuration for every workload)
+plus, with --reference-config, a shockwave-paper row with the reference's own config file for the experiment.
 docs/results.md itself is written by bench/study.py (generated + bundled traces).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from solver.policies import all_policies, policy_class  # noqa: E402
-from solver.policies.shockwave import ShockwaveConfig  # noqa: E402
 from slurm_shockwave.data_files import CONFIGS, REFERENCE_RESULTS, experiment_paths  # noqa: E402
 from slurm_shockwave.policy_settings import from_file as settings_from_file  # noqa: E402
 from slurm_shockwave.simulate import run_simulation  # noqa: E402
+from slurm_shockwave.strict_json import dumps  # noqa: E402
 
 REFERENCE_CONFIG = "_reference_config"          # the key suffix of the Shockwave row with the reference's config
 
@@ -39,9 +39,9 @@ def run_experiment(name, policies, reference_config=False):
     p = experiment_paths(name)
     runs = []
     for pol in policies:
-        runs.append((pol, pol, ShockwaveConfig() if pol == "shockwave" else None))
-        if pol == "shockwave" and reference_config:
-            runs.append((pol + REFERENCE_CONFIG, pol, settings_from_file("shockwave", p["reference_config"])))
+        runs.append((pol, pol, None))                  # each policy's built-in configuration
+        if policy_class(pol).reference_name == "shockwave" and reference_config:
+            runs.append((pol + REFERENCE_CONFIG, pol, settings_from_file(pol, p["reference_config"])))
     out = {}
     for key, pol, cfg in runs:
         t0 = time.perf_counter()
@@ -54,8 +54,8 @@ def run_experiment(name, policies, reference_config=False):
 
 
 def table(name, p, results, ref):
-    lines = [f"### {name}: `{p['trace'].name}`, {p['gpus']} GPUs, `{p['throughputs'].name}`, Shockwave config "
-             f"ShockwaveConfig() (reference config row: `configs/{p['reference_config'].relative_to(CONFIGS)}`)",
+    lines = [f"### {name}: `{p['trace'].name}`, {p['gpus']} GPUs, `{p['throughputs'].name}`, every policy with its "
+             f"built-in configuration (reference config row: `configs/{p['reference_config'].relative_to(CONFIGS)}`)",
              "",
              "| policy | makespan s | avg JCT s | worst rho | unfair % (rho>1.05) | unfair % (rho>1.1) | util | "
              "reference makespan | reference JCT | reference worst rho | reference unfair % | "
@@ -79,7 +79,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experiments", nargs="+", default=["tacc_32gpus"])
     ap.add_argument("--policies", nargs="+",
-                    default=[c.name for c in all_policies() if c.name == "shockwave" or c.baseline])
+                    default=[c.name for c in all_policies() if c.default or c.baseline or c.reference_name == "shockwave"])
     ap.add_argument("--out", default=None, help="also write a markdown table here")
     ap.add_argument("--reference-config", action="store_true",
                     help="add a Shockwave row with the reference's config file for the experiment")
@@ -95,7 +95,7 @@ def main(argv=None):
     for name in args.experiments:
         p, results = run_experiment(name, args.policies, args.reference_config)
         body += table(name, p, results, ref if name == "tacc_32gpus" else None) + [""]
-        (ROOT / "docs" / f"results_{name}.json").write_text(json.dumps(
+        (ROOT / "docs" / f"results_{name}.json").write_text(dumps(
             {"workload": str(p["trace"].name), "gpus": p["gpus"], "round_length": 120.0,
              "results": {n: r.to_json() for n, r in results.items()},
              "reference": {k: {

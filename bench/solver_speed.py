@@ -1,4 +1,4 @@
-"""Speed of the Shockwave policy (issues 3, 12), written to docs/performance.md.
+"""Speed of the Shockwave policies (issues 3, 12, 21), written to docs/performance.md.
 
     .venv/bin/python bench/solver_speed.py [--before DIR] [--skip-900]
 
@@ -6,8 +6,9 @@ DIR holds an older tree's ``solver/`` and ``slurm_shockwave/`` (e.g. ``mkdir DIR
 slurm_shockwave | tar -x -C DIR``); it is timed in the same run, alternating with the current tree, so the ratio
 holds whatever else the machine is doing (the load average is recorded with every section).
 
-1. The full 120-job simulation with Shockwave (each tree in a fresh subprocess, alternating, 2 runs each).
-2. One window solve (a fresh policy's first decide(): predictor + program + packing) on synthetic job sets:
+1. The full 120-job simulation with the default policy and shockwave-paper (each tree in a fresh subprocess,
+   alternating, 2 runs each; the older tree's default, "shockwave").
+2. One window solve of shockwave-paper (a fresh policy's first decide(): predictor + market + packing) on synthetic job sets:
    jobs from 100 to 5,000, GPUs = jobs x 256/900, window W in {10, 20, 40}; median of 3 (and the old tree
    at W=20 for 900 and 5,000 jobs).
 3. Every re-solve of the full bundled 900-job / 256-GPU simulation: status (time limit reached or not), times.
@@ -31,10 +32,8 @@ SIM_120 = r"""
 import json, sys, time
 from slurm_shockwave.data_files import experiment_paths
 from slurm_shockwave.simulate import run_simulation
-from solver.policies.shockwave import ShockwaveConfig
 p = experiment_paths("tacc_32gpus")
-cfg = ShockwaveConfig.from_dict(json.loads(sys.argv[1]))
-r = run_simulation(p["trace"], p["throughputs"], 32, "shockwave", policy_config=cfg)
+r = run_simulation(p["trace"], p["throughputs"], 32, sys.argv[1])      # the policy's built-in configuration
 m = r.metrics
 print(json.dumps({"wall": r.wall_seconds, "decide": r.decide_seconds, "rounds": r.rounds,
                   "makespan": m.makespan, "avg_jct": m.avg_jct, "worst_rho": m.worst_rho,
@@ -45,16 +44,16 @@ ONE_SOLVE = r"""
 import json, sys, time, statistics
 sys.path.insert(0, sys.argv[2])
 from solver_speed_views import synthetic_view
-from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
-n, gpus, w, cfg = json.loads(sys.argv[1])
+from solver.policies import make_policy
+n, gpus, w, name = json.loads(sys.argv[1])
 out = []
 for seed in range(3):
-    cfgd = dict(cfg); cfgd["future_rounds"] = w
-    pol = ShockwavePolicy(ShockwaveConfig.from_dict(cfgd))
+    pol = make_policy(name, {"future_rounds": w})
     view = synthetic_view(n, gpus, seed)
     t0 = time.perf_counter()
     d = pol.decide(view)
-    out.append([time.perf_counter() - t0, d.info.get("solver_status", d.info.get("path"))])
+    out.append([time.perf_counter() - t0, getattr(d, "solver_status", None) or getattr(d, "path", None)
+                or d.info.get("solver_status", d.info.get("path"))])
 print(json.dumps(out))
 """
 
@@ -73,45 +72,41 @@ def run_in(tree: Path, code: str, *args) -> dict | list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def current_config() -> dict:
-    from solver.policies.shockwave import ShockwaveConfig
-    return {k: v for k, v in ShockwaveConfig().to_dict().items() if v is not None}
+#: the market policy (its solve is what these sections time); the old tree knew it as "shockwave"
+MARKET = "shockwave-paper"
 
 
 def section_120(before: Path | None, lines: list) -> None:
-    cfg_now = json.dumps(current_config())
-    # the old tree ran this trace with its tuned file (lambda 25, k 1e-4)
-    cfg_old = json.dumps({"lambda": 25.0, "k": 1e-4})
+    from solver.policies import default_policy
     la0 = loadavg()
-    runs = {"current": [], "before": []}
+    trees = [("before", before, "shockwave")] if before is not None else []
+    trees += [("current", ROOT, default_policy().name), ("current", ROOT, MARKET)]
+    runs = {(name, pol): [] for name, _tree, pol in trees}
     for _ in range(2):
-        if before is not None:
-            runs["before"].append(run_in(before, SIM_120, cfg_old))
-        runs["current"].append(run_in(ROOT, SIM_120, cfg_now))
+        for name, tree, pol in trees:
+            runs[name, pol].append(run_in(tree, SIM_120, pol))
     la1 = loadavg()
     lines += ["## Full simulation: 120 jobs, 32 GPUs", "",
               f"Each tree in a fresh process, alternating, 2 runs each (load average {la0} at the start, {la1} at "
               "the end).  Wall = the whole simulation; decide = time inside the policy.", "",
-              "| tree | config | wall s (median) | decide s | rounds | makespan s | avg JCT s | worst rho | unfair % |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| tree | policy (built-in config) | wall s (median) | decide s | rounds | makespan s | avg JCT s | "
+              "worst rho | unfair % |", "|---|---|---|---|---|---|---|---|---|"]
     med = {}
-    for name, cfg in (("before", cfg_old), ("current", cfg_now)):
-        rs = runs[name]
-        if not rs:
-            continue
-        med[name] = statistics.median(r["wall"] for r in rs)
+    for (name, pol), rs in runs.items():
+        med[name, pol] = statistics.median(r["wall"] for r in rs)
         r = rs[-1]
-        lines.append(f"| {name} | `{cfg}` | {med[name]:.2f} | {statistics.median(x['decide'] for x in rs):.2f} | "
+        lines.append(f"| {name} | `{pol}` | {med[name, pol]:.2f} | {statistics.median(x['decide'] for x in rs):.2f} | "
                      f"{r['rounds']} | {r['makespan']:,.0f} | {r['avg_jct']:,.0f} | {r['worst_rho']:.3f} | "
                      f"{r['unfair']:.2f} |")
-    if "before" in med:
-        lines += ["", f"Ratio current / before (same run): **{med['current'] / med['before']:.2f}** (target <= 0.5)."]
+    if before is not None:
+        now = med["current", default_policy().name]
+        lines += ["", f"Ratio of the default policy to the tree before's default, same run: "
+                      f"**{now / med['before', 'shockwave']:.2f}** (target <= 0.5)."]
     lines.append("")
     print("\n".join(lines[-8:]), flush=True)
 
 
 def section_solves(before: Path | None, lines: list) -> None:
-    cfg = current_config()
     la0 = loadavg()
     lines += ["## One window solve (fresh policy: predictor + program + packing), median of 3", "",
               "Targets: 5,000 jobs / 2,048 GPUs median <= 3 s (W=20).", "",
@@ -120,13 +115,12 @@ def section_solves(before: Path | None, lines: list) -> None:
     for n, gpus in ((100, 28), (250, 71), (500, 142), (900, 256), (2000, 569), (5000, 2048)):
         cells = []
         for w in (10, 20, 40):
-            runs = run_in(ROOT, ONE_SOLVE, json.dumps([n, gpus, w, cfg]), bench_dir)
+            runs = run_in(ROOT, ONE_SOLVE, json.dumps([n, gpus, w, MARKET]), bench_dir)
             cells.append(f"{statistics.median(r[0] for r in runs):.3f}")
             print(n, gpus, w, runs, flush=True)
         old = "-"
         if before is not None and n in (900, 5000):
-            oldcfg = {"lambda": 25.0, "k": 1e-4}
-            runs = run_in(before, ONE_SOLVE, json.dumps([n, gpus, 20, oldcfg]), bench_dir)
+            runs = run_in(before, ONE_SOLVE, json.dumps([n, gpus, 20, "shockwave"]), bench_dir)
             old = f"{statistics.median(r[0] for r in runs):.3f}"
             print("before", n, gpus, runs, flush=True)
         lines.append(f"| {n} | {gpus} | " + " | ".join(cells) + f" | {old} |")
@@ -136,22 +130,23 @@ def section_solves(before: Path | None, lines: list) -> None:
 def section_900(lines: list) -> None:
     from slurm_shockwave.data_files import experiment_paths
     from slurm_shockwave.simulate import run_simulation
-    from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
+    from solver.policies.shockwave_config import ShockwaveConfig
+    from solver.policies.shockwave_paper import ShockwavePaper
     p = experiment_paths("scale_256gpus")
     solves = []
-    decide = ShockwavePolicy.decide
+    decide = ShockwavePaper.decide
 
     def recording(self, view):
         d = decide(self, view)
-        if d.info.get("path") == "solved":
-            solves.append((len(view.jobs), d.info.get("solve_time_s", 0.0), d.info.get("solver_status", "")))
+        if d.path == "solved":
+            solves.append((len(view.jobs), d.solve_time_s, d.solver_status))
         return d
     la0 = loadavg()
-    ShockwavePolicy.decide = recording
+    ShockwavePaper.decide = recording
     try:
-        r = run_simulation(p["trace"], p["throughputs"], 256, "shockwave", policy_config=ShockwaveConfig())
+        r = run_simulation(p["trace"], p["throughputs"], 256, MARKET)
     finally:
-        ShockwavePolicy.decide = decide
+        ShockwavePaper.decide = decide
     times = sorted(s[1] for s in solves)
     limit = ShockwaveConfig().solver_timeout
     hit = sum(1 for s in solves if s[2] == "time_limit")
@@ -159,7 +154,7 @@ def section_900(lines: list) -> None:
     for s in solves:
         statuses[s[2]] = statuses.get(s[2], 0) + 1
     m = r.metrics
-    lines += ["## Window solves on the bundled 900-job trace (256 GPUs, default config)", "",
+    lines += [f"## Window solves on the bundled 900-job trace (256 GPUs, {MARKET}, its built-in config)", "",
               f"Full simulation: wall {r.wall_seconds:.0f} s, {r.rounds} rounds, {len(solves)} re-solves with up to "
               f"{max(s[0] for s in solves)} active jobs (load average {la0} at the start, {loadavg()} at the end).",
               f"Solve time: median {statistics.median(times):.2f} s, 90th percentile {times[int(0.9 * len(times))]:.2f} s, "

@@ -25,6 +25,15 @@ def policy_class(name: str) -> type:
     return lookup(name)
 
 
+def default_name() -> str:
+    """The default policy's name (the class marked ``default``, solver/policies/registry.py)."""
+    from solver.policies import default_policy
+
+    from .plugins import load_policy_plugins
+    load_policy_plugins()
+    return default_policy().name
+
+
 def settings_model(name: str) -> type[BaseModel] | None:
     """The model of the named policy's settings; None: the policy has none."""
     return policy_class(name).config_model
@@ -50,9 +59,10 @@ def from_table(name: str, table: dict) -> BaseModel:
 def from_file(name: str, path) -> BaseModel:
     """The settings in a file (InputFileError when it cannot be read, ValidationError when they are invalid)."""
     data = load(path)
-    own = policy_class(name).name
-    if isinstance(data, dict) and isinstance(data.get(own), dict):
-        data = data[own]
+    cls = policy_class(name)
+    if isinstance(data, dict):
+        table = next((data[k] for k in (cls.name, *cls.aliases) if isinstance(data.get(k), dict)), None)
+        data = data if table is None else table
     return settings_model(name).model_validate(data)
 
 

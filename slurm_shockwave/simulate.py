@@ -5,14 +5,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solver.policies import make_policy
+from solver.policies import default_policy, make_policy
 
 from .controller.loop import RoundLoop
 from .data_files import bundled_profile_for
 from .plugins import load_policy_plugins
 from .metrics import Metrics, compute, lower_bound
 from .sim.cluster import SimulatedCluster
-from .workload import profiles
+from .workload import gpu_types, profiles
 from .workload.errors import WorkloadError
 from .workload.spec import read_spec
 from .workload.throughputs import ThroughputTable
@@ -36,9 +36,9 @@ class SimResult:
         return {**m.summary(), "rounds": self.rounds, "wall_seconds": round(self.wall_seconds, 3),
                 "decide_seconds": round(self.decide_seconds, 3), "fallbacks": self.fallbacks,
                 "decided_by": self.decided_by,
-                "jobs_detail": [{"job_id": r.job_id, "user": r.user, "gpus": r.num_gpus, "arrival": r.arrival_time,
-                                 "finish": r.finish_time, "jct": r.jct, "rho": rho, "restarts": r.restarts,
-                                 "isolated_runtime": r.isolated_runtime}
+                "jobs_detail": [{"job_id": r.job_id, "user": r.user, "account": r.account, "gpus": r.num_gpus,
+                                 "arrival": r.arrival_time, "finish": r.finish_time, "jct": r.jct, "rho": rho,
+                                 "restarts": r.restarts, "isolated_runtime": r.isolated_runtime}
                                 for r, rho in zip(sorted(self.records, key=lambda r: (r.arrival_time, str(r.job_id))),
                                                   m.rho)],
                 "utilization_timeline": self.utilization_timeline}
@@ -59,31 +59,42 @@ def load_workload(path, throughputs: ThroughputTable, num_gpus: int, profile=Non
     return profiles.complete(jobs, throughputs)
 
 
-def workload_lower_bound(jobs, throughputs, num_gpus: int) -> float:
+def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> float:
     """metrics.lower_bound with each job's exclusive time = the smaller of its profiled one (the FTF
     denominator) and the one under the schedule the simulator applies (they differ for Accordion jobs: the
     reference's profile forces the first 30% of epochs critical, its simulator does not), so it is a lower
-    bound in this simulator too."""
-    return lower_bound([(j.arrival_time, min(j.isolated_runtime, profiles.isolated_runtime(j, throughputs)),
-                         j.num_gpus) for j in jobs], num_gpus)
+    bound in this simulator too.  On a cluster of several types (`cluster`: the SimulatedCluster) both are on the
+    job's reference type, its fastest: no type does the work sooner."""
+    def simulated(j):
+        if cluster is None or not gpu_types.typed(cluster.capacity):
+            return profiles.isolated_runtime(j, throughputs)
+        return gpu_types.schedule_time(j, cluster.tables[cluster.reference_types[j.job_id]])
+    return lower_bound([(j.arrival_time, min(j.isolated_runtime, simulated(j)), j.num_gpus) for j in jobs], num_gpus)
 
 
-def run_simulation(workload, throughputs, num_gpus: int, policy: str = "shockwave", round_length: float = 120.0,
+def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
                    restart_penalty: float = 20.0) -> SimResult:
-    if num_gpus <= 0:
-        raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {num_gpus}")
-    table = throughputs if isinstance(throughputs, ThroughputTable) else ThroughputTable.load(throughputs)
+    """`num_gpus`: a number (one untyped pool) or {GPU type: count} (workload/gpu_types.py: `throughputs` is then
+    the file, or {type: table} with the v100 column)."""
+    capacity = gpu_types.capacity_of(num_gpus)
+    num_gpus = sum(capacity.values())
+    if num_gpus <= 0 or min(capacity.values()) <= 0:
+        raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {dict(capacity)}")
+    table, tables = gpu_types.tables_for(throughputs, capacity)
     jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
+    if gpu_types.typed(capacity):
+        jobs = gpu_types.retype(jobs, table, tables, capacity)
     load_policy_plugins()
-    pol = make_policy(policy, policy_config)
-    cluster = SimulatedCluster(jobs, table, num_gpus, round_length=round_length, restart_penalty=restart_penalty)
+    pol = make_policy(policy or default_policy().name, policy_config)
+    cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
+                               round_length=round_length, restart_penalty=restart_penalty)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
     started = time.perf_counter()
     loop.run()
     wall = time.perf_counter() - started
     metrics = compute(pol.name, cluster.finished, num_gpus, n_trace=len(jobs),
                       busy_gpu_seconds=cluster.busy_gpu_seconds, start_time=min(j.arrival_time for j in jobs),
-                      lb=workload_lower_bound(jobs, table, num_gpus))
+                      lb=workload_lower_bound(jobs, table, num_gpus, cluster), usage=cluster.usage_log)
     return SimResult(metrics, cluster.finished, loop.rounds, wall, loop.decide_seconds, loop.fallbacks,
                      cluster.utilization_timeline, loop.records, loop.decided_by())

@@ -2,11 +2,17 @@
 
 A cluster's free GPUs are counted per GPU type (`ClusterView.capacity`); a gang takes all its GPUs from one
 type (a job spanning two GPU generations runs at the slower one's pace).  A job whose user asked for a type
-(`JobView.gpu_type`) only goes there; any other job takes the type with the most free GPUs that fits it.
+(`JobView.gpu_type`) only goes there.  A job whose view lists its speed per type (`JobView.throughput_by_type`)
+goes only to those types, to the fastest one with room for its gang (equal speeds: the type with the most free
+GPUs, then by name): a greedy fill in priority order gives the fastest GPUs to the first jobs.  Any other job
+takes the type with the most free GPUs that fits it.
 
 * `Packer`: one round's free GPUs, for policies that fill a round greedily (`take` a gang or skip it);
 * `place(view, run)`: the placement of a decided round (job -> {type: count}), or `PlacementError`;
 * `check_placement(view, decision)`: a decision's placement is complete, type-correct and within capacity.
+
+A job runs on its whole requested gang (`num_gpus`), except an elastic job (one whose view lists throughputs per
+GPU count, `JobView.throughput_by_gpus`), which a policy may place on any of those counts (Pollux does).
 """
 from __future__ import annotations
 
@@ -32,42 +38,69 @@ class Packer:
     def total(self) -> int:
         return sum(self.free.values())
 
-    def _type_for(self, gpus: int, gpu_type: str | None) -> str | None:
+    def _type_for(self, gpus: int, gpu_type: str | None, speeds: Mapping[str, float] | None = None) -> str | None:
         if gpu_type is not None:
-            return gpu_type if self.free.get(gpu_type, 0) >= gpus else None
+            return gpu_type if self.free.get(gpu_type, 0) >= gpus and (not speeds or gpu_type in speeds) else None
+        if speeds:
+            room = [t for t in speeds if speeds[t] > 0 and self.free.get(t, 0) >= gpus]
+            return max(room, key=lambda t: (speeds[t], self.free[t], t), default=None)
         best = max(self.free, key=lambda t: (self.free[t], t), default=None)
         return best if best is not None and self.free[best] >= gpus else None
 
-    def fits(self, gpus: int, gpu_type: str | None = None) -> bool:
-        return gpus > 0 and self._type_for(gpus, gpu_type) is not None
+    def fits(self, gpus: int, gpu_type: str | None = None, speeds: Mapping[str, float] | None = None) -> bool:
+        return gpus > 0 and self._type_for(gpus, gpu_type, speeds) is not None
 
-    def take(self, gpus: int, gpu_type: str | None = None) -> str | None:
-        """Take a gang of `gpus` GPUs; the type it got, or None (nothing taken) when it does not fit."""
+    def take(self, gpus: int, gpu_type: str | None = None, speeds: Mapping[str, float] | None = None) -> str | None:
+        """Take a gang of `gpus` GPUs (of `gpu_type`; with `speeds` {type: it/s}, on the fastest of those types with
+        room); the type it got, or None (nothing taken) when it does not fit."""
         if gpus <= 0:
             return None
-        t = self._type_for(gpus, gpu_type)
+        t = self._type_for(gpus, gpu_type, speeds)
         if t is not None:
             self.free[t] -= gpus
         return t
 
+    def fits_job(self, job) -> bool:
+        return self.fits(job.num_gpus, job.gpu_type, job.throughput_by_type)
+
+    def take_job(self, job) -> str | None:
+        """`take` a JobView's whole gang on its requested type, else on the fastest type it can run on."""
+        return self.take(job.num_gpus, job.gpu_type, job.throughput_by_type)
+
 
 def place(view, run: Iterable) -> dict:
-    """{job: {type: gpus}} for the jobs of `run` in order; PlacementError when one does not fit."""
+    """{job: {type: gpus}} for the jobs of `run`: each in order on the fastest type with room (Packer.take_job), or,
+    when that leaves one out on a cluster of several types, the largest gangs first each on the type with the most
+    free GPUs it can run on (a run set chosen without speeds may only fit so); PlacementError when neither fits."""
     jobs = {j.job_id: j for j in view.jobs}
-    packer = Packer(view.capacity)
-    out = {}
+    run = list(run)
+    packer, out = Packer(view.capacity), {}
     for jid in run:
-        j = jobs[jid]
-        t = packer.take(j.num_gpus, j.gpu_type)
+        t = packer.take_job(jobs[jid])
         if t is None:
+            break
+        out[jid] = {t: jobs[jid].num_gpus}
+    if len(out) == len(run) or len(view.capacity) < 2:
+        if len(out) < len(run):
+            j = jobs[run[len(out)]]
             want = f"{j.num_gpus} {j.gpu_type} GPU(s)" if j.gpu_type else f"{j.num_gpus} GPU(s)"
-            raise PlacementError(f"round {view.round_index}: job {jid} needs {want}; free: {packer.free}")
+            raise PlacementError(f"round {view.round_index}: job {j.job_id} needs {want}; free: {packer.free}")
+        return out
+    packer, out = Packer(view.capacity), {}
+    for jid in sorted(run, key=lambda i: -jobs[i].num_gpus):
+        j = jobs[jid]
+        flat = {t: 1.0 for t in j.throughput_by_type} or None      # no speed preference: the most free GPUs
+        t = packer.take(j.num_gpus, j.gpu_type, flat)
+        if t is None:
+            raise PlacementError(f"round {view.round_index}: the run set does not fit the GPU types "
+                                 f"{dict(view.capacity)} (job {jid}, {j.num_gpus} GPU(s))")
         out[jid] = {t: j.num_gpus}
-    return out
+    return {jid: out[jid] for jid in run}
 
 
 def check_placement(view, decision) -> None:
-    """Every running job placed on exactly its gang, on its requested type, within each type's capacity."""
+    """Every running job placed on exactly its gang (an elastic job: on one of its profiled counts), on one type it
+    can run on (its requested one, one it has a throughput on), within each type's capacity."""
     jobs = {j.job_id: j for j in view.jobs}
     placement = decision.placement
     if set(placement) != set(decision.run):
@@ -76,12 +109,18 @@ def check_placement(view, decision) -> None:
     used: dict = {}
     for jid, by_type in placement.items():
         j = jobs[jid]
-        if sum(by_type.values()) != j.num_gpus or any(n <= 0 for n in by_type.values()):
+        count = sum(by_type.values())
+        if any(n <= 0 for n in by_type.values()) or (count != j.num_gpus and count not in j.throughput_by_gpus):
+            allowed = sorted({j.num_gpus, *j.throughput_by_gpus})
             raise PlacementError(f"round {view.round_index}: job {jid} placed on {dict(by_type)}, "
-                                 f"its gang is {j.num_gpus} GPU(s)")
+                                 f"its gang is {j.num_gpus} GPU(s)"
+                                 + (f" (elastic: {allowed})" if j.throughput_by_gpus else ""))
         if j.gpu_type is not None and set(by_type) != {j.gpu_type}:
             raise PlacementError(f"round {view.round_index}: job {jid} asked for {j.gpu_type}, placed on "
                                  f"{dict(by_type)}")
+        if len(by_type) != 1 or j.throughput_by_type and not set(by_type) <= set(j.throughput_by_type):
+            raise PlacementError(f"round {view.round_index}: job {jid} placed on {dict(by_type)}: a gang runs on one "
+                                 f"type it has a throughput on ({', '.join(sorted(j.throughput_by_type)) or 'any'})")
         for t, n in by_type.items():
             used[t] = used.get(t, 0) + n
     over = {t: n for t, n in used.items() if n > view.capacity.get(t, 0)}

@@ -25,7 +25,9 @@ class JobView:
     samples_per_epoch: int
     steps_done: float            # iterations done, expressed in current-batch-size steps
     total_steps: float           # total iterations at the current batch size
-    throughput: float            # iterations/s of the whole job on num_gpus GPUs at batch_size (estimate)
+    # iterations/s of the whole job on num_gpus GPUs at batch_size (estimate), on its reference type (the one its
+    # exclusive run time is measured on; a cluster of one untyped pool has one type)
+    throughput: float
     # mean duration (s) of one epoch at each batch size: profile, or learned from observed epochs
     epoch_duration_by_bs: Mapping[int, float] = field(default_factory=dict)
     bs_history: tuple[int, ...] = ()   # batch size of each completed epoch, in order
@@ -39,10 +41,32 @@ class JobView:
     ran_last_round: bool = False
     run_time: float = 0.0        # seconds this job has run so far (wall time while scheduled)
     gpu_type: str | None = None  # the GPU type its user asked for (None: any type)
+    # iterations/s of the whole job at each GPU count it can run on, at batch_size: an elastic job may be placed
+    # on any of these counts (solver/placement.py); empty: it runs on its whole num_gpus gang only
+    throughput_by_gpus: Mapping[int, float] = field(default_factory=dict)
+    # iterations/s of the whole job on num_gpus GPUs at batch_size on each GPU type it can run on (a type the cluster
+    # has, with room for its gang and a profiled throughput; its requested type only, when it asked for one); the
+    # reference type's is `throughput`.  Empty: unknown (placement then takes any type with room)
+    throughput_by_type: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def steps_remaining(self) -> float:
         return max(0.0, self.total_steps - self.steps_done)
+
+    def rate(self, gpu_type: str | None = None, gpus: int | None = None) -> float:
+        """Iterations/s on `gpus` GPUs (default: its gang) of `gpu_type` (default: its reference type).  The view
+        lists counts on the reference type only, so another count on another type is that count's throughput scaled
+        by the type's speed at the gang size; 0 where it cannot run."""
+        gpus = self.num_gpus if gpus is None else int(gpus)
+        base = self.throughput if gpus == self.num_gpus else float(self.throughput_by_gpus.get(gpus, 0.0))
+        if gpu_type is None or not self.throughput_by_type:
+            return base
+        on_type = float(self.throughput_by_type.get(gpu_type, 0.0))
+        if gpus == self.num_gpus:
+            return on_type
+        if on_type == self.throughput:      # as fast as its reference type: its own counts, exactly
+            return base
+        return base * on_type / self.throughput if self.throughput > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +108,7 @@ RULES = {
     "backfill": "backfill: GPUs nobody planned would have been idle",
     "guard": "starvation guard: waited the bound",
     "fallback": "fallback: least attained service first",
+    "kept": "kept running: preempting it would not pay",
     "policy": "the policy's own rule",
 }
 
@@ -111,7 +136,8 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class RoundDecision:
-    """The jobs to run (each on all its num_gpus GPUs) during the coming round, with a plan record per job.
+    """The jobs to run (each on all its num_gpus GPUs, an elastic job on the count its placement gives) during the
+    coming round, with a plan record per job.
 
     `path` says how the decision was reached (solved, cached, fallback, idle; a baseline leaves it empty);
     `placement` (job -> {GPU type: count}) says which GPUs: empty until the placement stage fills it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 
 from slurm_shockwave.workload.jobs import JobSpec
+from solver.types import ClusterView, JobView
 from slurm_shockwave.workload.throughputs import ThroughputTable
 from slurm_shockwave.workload import profiles
 
@@ -35,3 +36,16 @@ def random_workload(seed: int, n: int, max_gpus: int, thr: ThroughputTable):
 def reference_table() -> ThroughputTable:
     from slurm_shockwave.data_files import experiment_paths
     return ThroughputTable.load(experiment_paths("tacc_32gpus")["throughputs"])
+
+
+# ---------------------------------------------------------------- plain views for policy tests
+def mkjob(i, g=1, done=0, total=20, d=100.0, bs=32, arrival=0.0, weight=1.0, run_time=0.0):
+    return JobView(job_id=i, arrival_time=arrival, num_gpus=g, batch_size=bs, epochs_done=done, total_epochs=total,
+                   samples_per_epoch=1000, steps_done=done * 1000 / bs, total_steps=total * 1000 / bs,
+                   throughput=1000 / bs / d, epoch_duration_by_bs={bs: d}, bs_history=(bs,) * done,
+                   weight=weight, run_time=run_time)
+
+
+def view(jobs, r=0, G=4, now=None):
+    return ClusterView(now=r * 120.0 if now is None else now, round_index=r, round_length=120.0, num_gpus=G,
+                       jobs=tuple(jobs))

@@ -20,7 +20,8 @@ import signal
 import subprocess
 import sys
 
-from solver.types import Policy, RoundDecision
+from solver.types import JobPlan, Policy, RoundDecision
+from slurm_shockwave.cli.controller import EarlyStop
 from slurm_shockwave.controller.config import load_config
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.slurm import SlurmCLI
@@ -75,8 +76,7 @@ class Rotate(Policy):
             with open(tmp, "w") as fh:
                 json.dump({"planned": self.planned, "current": self.current, "left": self.left}, fh)
             os.replace(tmp, self.state_path)
-        return RoundDecision(run=tuple(run), info={"jobs": {j.job_id: {"reason": "rotation: waits its turn"}
-                                                            for j in view.jobs if j.job_id not in run}})
+        return RoundDecision(run=tuple(run), plans={j: JobPlan(j, rule="policy") for j in run})
 
 
 def _matches(token: str, argv) -> bool:
@@ -120,6 +120,7 @@ def killing_runner(spec: str | None, log_path: str | None):
 
 
 def main(argv) -> int:
+    early = EarlyStop()           # first, as `shockwave controller run` does: a SIGTERM while starting stops cleanly
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = load_config(argv[0])
     cli = SlurmCLI.from_config(cfg)
@@ -129,7 +130,7 @@ def main(argv) -> int:
     if os.environ.get("SAFETY_POLICY") == "rotate":
         ctl.loop.policy = ctl.policy = Rotate(int(os.environ.get("SAFETY_ROTATE_SLICE") or 1),
                                               os.environ.get("SAFETY_ROTATE_STATE") or None)
-    ctl.install_signal_handlers()
+    ctl.install_signal_handlers(early)
     if os.environ.get("SAFETY_READY"):
         with open(os.environ["SAFETY_READY"], "w") as fh:
             fh.write(str(os.getpid()))

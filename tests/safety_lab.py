@@ -15,6 +15,7 @@ the controller's config names ``bin_dir``.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from slurm_shockwave.localcluster import daemons as d
 from slurm_shockwave.localcluster import statefile
-from tests.slurm_fixtures import wait_for
+from tests.slurm_fixtures import keep_root, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -58,10 +59,11 @@ class Lab:
         self.proc: subprocess.Popen | None = None
 
     # ------------------------------------------------------------------ jobs
-    def submit(self, n: int, ignore_signal=lambda i: i % 2 == 1) -> list[int]:
+    def submit(self, n: int, ignore_signal=lambda i: i % 2 == 1, checkpoint_s=lambda i: 0) -> list[int]:
         """Submit ``n`` jobs; job ``i`` ignores the checkpoint signal if ``ignore_signal(i)`` (default: the odd
         ones): the controller's requeuehold (after the grace) stops it; the others checkpoint and requeue
-        themselves (shockwave-run's ``scontrol requeue``)."""
+        themselves (shockwave-run's ``scontrol requeue``), in ``checkpoint_s(i)`` seconds (a slow checkpoint
+        outlives the grace: the controller's requeuehold meets the job's own requeue)."""
         script = self.root / "job.sh"
         # inside another version's Debian root the host's Python runs through the cluster's host-python wrapper
         # (the venv's python is a link to /usr/bin/python3, which inside the root is not the host's)
@@ -73,7 +75,8 @@ class Lab:
                           f"{python} {REPO / 'tests' / 'safety_train.py'} {self.epochs} {self.epoch_s}\n")
         for i in range(n):
             env = {"PYTHONPATH": str(REPO), "SHOCKWAVE_STORE": str(self.store),
-                   "SAFETY_IGNORE_CHECKPOINT_SIGNAL": "1" if ignore_signal(i) else "0"}
+                   "SAFETY_IGNORE_CHECKPOINT_SIGNAL": "1" if ignore_signal(i) else "0",
+                   "SAFETY_CHECKPOINT_S": str(checkpoint_s(i))}
             self.jobs.append(self.c.cli.sbatch(str(script), [
                 f"--job-name=ft{i}", "--gres=gpu:1", "--requeue", "--open-mode=append",
                 f"--output={self.work}/out.%j", f"--chdir={self.work}", "-p", self.c.partition,
@@ -144,6 +147,34 @@ class Lab:
                     break
         return struck
 
+    def kill9(self, points, window: float, tries: int = 1, first_timeout: float = 60,
+              finish_timeout: float = 400) -> tuple[list[str], dict]:
+        """The run of both kill -9 tests: a clean controller gets the workload going, one controller per kill
+        point (`strike`), a last one runs the workload to its end and stops cleanly (exit 0) on SIGTERM; then the
+        end checks.  Returns (the points that struck, the summary of `check`).  Any failure keeps the lab's
+        directory and still prints the figures."""
+        struck: list[str] = []
+        try:
+            try:
+                self.start()
+                wait_job_progress(self, timeout=first_timeout)
+                self.stop()
+                struck = self.strike(points, window, tries)
+                self.start()
+                wait_for(self.all_finished, timeout=finish_timeout, interval=1, what="every job completed")
+                rc = self.stop()
+                assert rc == 0, f"the last controller exited {rc} on SIGTERM, not 0 after a clean stop"
+            finally:
+                self.stop()
+        except BaseException:
+            try:
+                self.check()                            # the figures of what did happen
+            except AssertionError:
+                pass
+            print(keep_root(self.root), flush=True)
+            raise
+        return struck, self.check()
+
     # ------------------------------------------------------------------ slurmctld outage
     def stop_slurmctld(self) -> None:
         state = statefile.read(self.c.paths)
@@ -167,17 +198,23 @@ class Lab:
                 for j in self.jobs}
 
     def check(self) -> dict:
-        """Assert the guarantees; returns a summary (restarts per job, rounds, kills)."""
+        """Assert the guarantees; returns a summary (restarts per job, rounds, kills, figures).  The figures
+        (jobs, jobs lost, preemptions: preempted / kept / wasted) are printed on one line first,
+        ``KILL9-FIGURES {json}``, whatever the outcome (bench/kill9_loop.py reads them); a failed check keeps
+        the lab's directory (controller log, calls, state, job outputs) and says where."""
         raw = self.raw()
         problems = []
         restarts = {}
+        lost = set()
         for j, out in self.outputs().items():
             r = raw.get(j, {})
             if r.get("job_state") != "COMPLETED":
                 problems.append(f"job {j}: {r.get('job_state')} {r.get('state_reason')}")
+                lost.add(j)
             done = [int(e) for e in re.findall(r"^epoch (\d+) restart", out, re.M)]
             if sorted(done) != list(range(self.epochs)):
                 problems.append(f"job {j}: epochs done {sorted(done)} (lost or repeated)")
+                lost.add(j)
             starts = re.findall(r"^start restart=(\d+)", out, re.M)
             restarts[j] = r.get("restart_cnt", len(starts) - 1)
             # every run resumes exactly where the work of the runs before it ended (nothing lost, nothing redone)
@@ -195,7 +232,14 @@ class Lab:
         rounds = [r[0] for r in db.execute("SELECT round FROM rounds ORDER BY round")]
         requeues = [(r[0], r[1]) for r in db.execute(
             "SELECT job_id, restart_count FROM actions WHERE verb='requeue_hold' AND status IN ('intent', 'done')")]
+        row = db.execute("SELECT value FROM kv WHERE key='preemptions'").fetchone()
         db.close()
+        preemptions = (json.loads(row[0]).get("counts") or {}) if row else {}
+        figures = {"jobs": len(self.jobs), "lost": len(lost), **{k: preemptions.get(k, 0) for k in
+                                                                 ("preempted", "kept", "wasted")}}
+        print(f"\nKILL9-FIGURES {json.dumps(figures)}", flush=True)
+        if figures["wasted"]:
+            problems.append(f"wasted preemptions (target 0): {preemptions}")
         if integrity != "ok":
             problems.append(f"state integrity: {integrity}")
         if rounds != list(range(len(rounds))):
@@ -207,9 +251,11 @@ class Lab:
             problems.append(f"jobs left pending/held: {held}")
         kills = [line.split(" ", 2)[2].strip() for line in self.calls.read_text().splitlines()
                  if " KILL " in line] if self.calls.exists() else []
-        assert not problems, "\n".join(problems) + f"\n--- controller log tail:\n{self.log.read_text()[-3000:]}"
-        return {"restarts": restarts, "rounds": len(rounds), "kills": kills,
-                "requeues": len(requeues)}
+        if problems:
+            raise AssertionError("\n".join(problems) + f"\n{keep_root(self.root)}"
+                                 f"\n--- controller log tail:\n{self.log.read_text()[-3000:]}")
+        return {"restarts": restarts, "rounds": len(rounds), "kills": kills, "requeues": len(requeues),
+                "figures": figures}
 
 
 def _alive(pid: int) -> bool:

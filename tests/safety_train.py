@@ -3,6 +3,7 @@
 
     shockwave-run -- python tests/safety_train.py EPOCHS EPOCH_S
 
+$SAFETY_CHECKPOINT_S: seconds a checkpoint on the signal takes (a slow checkpoint write; default 0).
 Reports epoch_end events (batch size 32, 320 samples) and prints one line per epoch to stdout
 ("epoch E restart R"), so a test can check that no epoch is lost or repeated.
 """
@@ -26,12 +27,14 @@ def main(argv) -> int:
     restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     # a program that ignores the checkpoint signal: only Slurm's SIGTERM (the controller's requeue) stops it
     ignore_signal = os.environ.get("SAFETY_IGNORE_CHECKPOINT_SIGNAL") == "1"
+    slow = float(os.environ.get("SAFETY_CHECKPOINT_S") or 0)
     print(f"start restart={restart} resume epoch={start}", flush=True)
     for e in range(start, epochs):
         t0 = time.time()
         steps = 10
         for _ in range(steps):
             if api.should_exit() or (api.should_checkpoint() and not ignore_signal):
+                time.sleep(slow)
                 ckpt.save({"epoch": e}, epochs_done=e)   # the epoch in progress is redone after the restart
                 print(f"checkpoint on signal at epoch={e}", flush=True)
                 return 0

@@ -40,12 +40,16 @@ from slurm_shockwave.localcluster.chroot import DEFAULT_ROOTS_DIR, SUITES, Chroo
 from slurm_shockwave.slurm import SlurmCLI
 
 JOB_USER = "swjobuser"
+#: the accounts (RawShares 3:1) and users of the clusters with accounting (tests/share_fixtures.py)
+ACCOUNTS = {"teama": 3, "teamb": 1}
+USERS = {"sw-ann": "teama", "sw-bob": "teamb"}
 #: a job name with shell metacharacters, quotes, unicode and a backslash (no newline)
 ODD_NAME = "we\"ird; $(touch /tmp/pwned) `id` 'q' \u00fc|&<> \\ %x #"
 ODD_COMMENT = "c;o\"m'm $HOME `id` \u00e9"
 
 
 _ROOTS: list[Path] = []
+_KEPT: set[Path] = set()
 
 
 def make_root(prefix: str = "shockwave-slurm-") -> Path:
@@ -55,6 +59,20 @@ def make_root(prefix: str = "shockwave-slurm-") -> Path:
     os.chmod(root, 0o755)
     _ROOTS.append(root)
     return root
+
+
+def keep_root(root: Path) -> str:
+    """Keep this test root after the session (a failed run's work directory, to read the failure); returns a
+    line saying where it is."""
+    root = Path(root)
+    if root in _ROOTS:
+        _ROOTS.remove(root)
+    _KEPT.add(root)
+    return f"kept for reading the failure: {root}"
+
+
+def is_kept(root: Path) -> bool:
+    return Path(root) in _KEPT
 
 
 def _mount_points() -> list[str]:
@@ -187,8 +205,9 @@ def slurm_cluster(request) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module", params=version_test_versions(), ids=lambda v: f"slurm{v}")
 def versions_cluster(request) -> Iterator[LocalCluster]:
-    """Like ``slurm_cluster``, over :func:`version_test_versions` (all built versions by default)."""
-    yield from cluster_up(version=request.param)
+    """Like ``slurm_cluster``, over :func:`version_test_versions` (all built versions by default), with real
+    accounting (MariaDB + slurmdbd): accounts ``ACCOUNTS`` at shares 3:1 with one user each (``USERS``)."""
+    yield from cluster_up(version=request.param, accounts=ACCOUNTS, users=USERS)
 
 
 # ---------------------------------------------------------------------- recorder

@@ -108,13 +108,15 @@ def test_wrong_type_of_a_whole_section_is_one_line(section, value):
 
 def test_problems_of_every_section_come_in_one_run():
     problems = problems_of({"controller": {"round_seconds": INF, "slurm_timeout": -1, "preempt_signal": "NOPE"},
-                            "weights": {"users": {"a": NAN}}, "slurm": 3, "policy": {"shockwave": {"k": -1}}})
+                            "weights": {"users": {"a": NAN}}, "slurm": 3,
+                            "policy": {"name": "shockwave", "shockwave": {"k": -1}}})
     assert len(problems) == 6
     assert any(p.startswith("c.toml: policy.shockwave.k = -1") for p in problems)
 
 
 def test_inline_shockwave_table_every_typo_and_bad_value():
-    problems = problems_of({"policy": {"shockwave": {"lamda": 3, "k": NAN, "future_rounds": 0, "lambda": 12}}})
+    problems = problems_of({"policy": {"name": "shockwave",
+                                       "shockwave": {"lamda": 3, "k": NAN, "future_rounds": 0, "lambda": 12}}})
     assert len(problems) == 3
     assert problems[0].startswith("c.toml: policy.shockwave.lamda: unknown setting")
     assert "policy.shockwave.k = nan" in problems[1] and "policy.shockwave.future_rounds = 0" in problems[2]
@@ -200,7 +202,7 @@ def test_the_documented_example_is_generated_from_the_models_and_loads_to_the_de
 
     from slurm_shockwave.controller.config import ControllerConfig
     from slurm_shockwave.controller.config_example import example_toml
-    from solver.policies.shockwave import ShockwaveConfig
+    from solver.policies import default_policy
     path = Path(__file__).resolve().parent.parent / "docs" / "config.example.toml"
     assert path.read_text() == example_toml(), "regenerate: shockwave controller example-config > " + str(path)
     res = CliRunner().invoke(cli, ["controller", "example-config"])
@@ -208,14 +210,15 @@ def test_the_documented_example_is_generated_from_the_models_and_loads_to_the_de
     cfg = load_config(path)
     assert cfg.model_dump() == ControllerConfig().model_dump()
     assert cfg.metrics_address == "127.0.0.1" and cfg.slurm.bin_dir is None and cfg.source == str(path)
-    assert cfg.policy.name == "shockwave" and cfg.policy.settings == ShockwaveConfig()   # the built-in defaults
+    own = default_policy().config_model
+    assert cfg.policy.name == default_policy().name and cfg.policy.settings == own()   # the built-in defaults
     from slurm_shockwave.controller.config import SECTIONS
     for name in SECTIONS:                                                          # every table and setting
         model = ControllerConfig if name == "controller" else ControllerConfig.model_fields[name].annotation
         assert f"\n[{name}]\n" in example_toml()
         for key in model.model_fields:
             assert key in SECTIONS or re.search(rf"^(# )?{key} = ", example_toml(), re.M), key
-    for key in ShockwaveConfig.model_fields:
+    for key in own.model_fields:
         assert re.search(rf"^# {key.rstrip('_')}( = |: not set)", example_toml(), re.M), key
 
 
@@ -223,10 +226,11 @@ def test_a_commented_out_setting_of_the_example_is_valid_when_uncommented():
     import re
 
     from slurm_shockwave.controller.config_example import example_toml
-    text = re.sub(r"^# ((?:min_run|poll|min_round)_seconds|config|bin_dir) = ", r"\1 = ", example_toml(), flags=re.M)
+    text = re.sub(r"^# ((?:min_run|poll|min_round)_seconds|bin_dir) = ", r"\1 = ", example_toml(), flags=re.M)
     cfg = config_from_dict(__import__("tomllib").loads(text), "c.toml")
     assert cfg.min_run_seconds == 240 and cfg.poll_seconds == 5 and cfg.slurm.bin_dir == "/usr/bin"
-    assert cfg.policy.config == "tacc_32gpus.json" and cfg.policy.settings.k_norm is None       # the reference's k
+    cfg = config_from_dict({"policy": {"name": "shockwave", "config": "tacc_32gpus.json"}}, "c.toml")
+    assert cfg.policy.settings.k_norm is None and cfg.policy.settings.k == 1e-3           # the reference's k
 
 
 def test_every_policy_with_settings_takes_a_table_named_after_it():
@@ -236,19 +240,22 @@ def test_every_policy_with_settings_takes_a_table_named_after_it():
     assert problems == ["c.toml: policy.fifo = {'x': 1}: the fifo policy has no settings"]
     problems = problems_of({"policy": {"name": "fifo", "shockwave": {"k": 1}}})
     assert len(problems) == 1 and "policy.shockwave" in problems[0] and "another policy" in problems[0]
-    problems = problems_of({"policy": {"config": "tacc_32gpus.json", "shockwave": {"k": 1}}})
+    problems = problems_of({"policy": {"name": "shockwave", "config": "tacc_32gpus.json", "shockwave": {"k": 1}}})
     assert len(problems) == 1 and "policy.config" in problems[0] and "not both" in problems[0]
-    assert problems_of({"policy": {"shockwave": 3}}) == ["c.toml: policy.shockwave = 3: must be a table"]
+    assert problems_of({"policy": {"name": "shockwave", "shockwave": 3}}) == [
+        "c.toml: policy.shockwave = 3: must be a table"]
+    cfg = config_from_dict({"policy": {"shockwave-edf": {"critical_margin": 0.3}}})          # the default's table
+    assert cfg.policy.settings.critical_margin == 0.3
 
 
 def test_problems_inside_a_settings_file_name_the_file_and_the_key(tmp_path):
     p = tmp_path / "s.toml"
     p.write_text("[shockwave]\nk = -1\nlambda = \"x\"\n")
-    problems = problems_of({"policy": {"config": str(p)}})
+    problems = problems_of({"policy": {"name": "shockwave", "config": str(p)}})
     assert len(problems) == 2 and all(f"policy.config = {str(p)!r}: " in x for x in problems)
     assert "k = -1: must be >= 0" in problems[0] and "lambda = 'x': must be a number" in problems[1]
     p.write_text("[shockwave\n")
-    problems = problems_of({"policy": {"config": str(p)}})
+    problems = problems_of({"policy": {"name": "shockwave", "config": str(p)}})
     assert len(problems) == 1 and f"{p}:1: bad TOML" in problems[0]
 
 

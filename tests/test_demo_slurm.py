@@ -1,5 +1,6 @@
-"""The README's first command, shortened: `shockwave demo --short` on a real local Slurm cluster ends with
-every job completed, the summary printed, and no daemon it started left running."""
+"""The README's first command, shortened: `shockwave demo --short` on a real local Slurm cluster replays the first
+jobs of the demo trace with emulated jobs, twice (plain Slurm, then Shockwave); every job completes with every
+epoch, the tables have both real and both simulated columns, and no daemon it started is left running."""
 import json
 import os
 
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.slurm
 
 
 def _daemon_pids(root: str):
-    """Slurm/munge daemons started for the demo directory `root` (other tests may run clusters meanwhile)."""
+    """Slurm/munge daemons started for the directory `root` (other tests may run clusters meanwhile)."""
     out = set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -27,17 +28,37 @@ def _daemon_pids(root: str):
     return out
 
 
+def test_the_demo_workload_is_contended_and_shockwave_leads_in_simulation():
+    """No Slurm: the demo's trace has more jobs than GPUs, several users, every mode, and the simulator puts
+    Shockwave ahead of the plain-Slurm model on the headline numbers (the real runs are measured in docs/demo.md)."""
+    import tempfile
+    from pathlib import Path
+
+    from slurm_shockwave.demo.emulated import USERS, demo_trace
+    from slurm_shockwave.replay.api import load
+    from slurm_shockwave.replay.compare import simulate
+    with tempfile.TemporaryDirectory() as d:
+        trace, thr = demo_trace(Path(d))
+        jobs, specs, table = load(trace, thr, 8, USERS)
+    assert len(jobs) == 24 > 8 and len({j.user for j in jobs}) == 3 and {j.mode for j in jobs} >= {"gns", "accordion"}
+    plain = simulate(specs, table, 8, 2, "slurm", 0.0)
+    for cost in (30.0, 60.0, 120.0):                      # whatever a restart costs on the machine
+        sw = simulate(specs, table, 8, 2, "shockwave-edf", cost)
+        for key in ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction"):
+            assert sw[key] < plain[key], (cost, key, sw[key], plain[key])
+
+
 def test_short_demo_end_to_end(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the demo needs root to start Slurm")
     doc = tmp_path / "demo.md"
-    r = CliRunner().invoke(cli, ["demo", "--short", "--json", "--round-seconds", "5", "--timeout", "300",
+    r = CliRunner().invoke(cli, ["demo", "--short", "--json", "--round-seconds", "2", "--timeout", "300",
                                  "--write-doc", str(doc)])
-    assert r.exit_code == 0, r.output
-    res = json.loads(r.output[r.output.index("{"):])
+    assert r.exit_code == 0, r.output[-3000:]
+    res = json.loads(r.output[r.output.index("{\n"):])
     if res["where"] != "slurm":
         pytest.skip("Slurm could not be started here")
-    # the same workload, run twice on the same cluster: plain Slurm, then Shockwave
+    # the same workload, run twice: plain Slurm, then Shockwave
     assert set(res["runs"]) == {"slurm", "shockwave"}
     for name, run in res["runs"].items():
         assert run["real"]["completed"] == run["real"]["jobs"] == 5, name
@@ -45,12 +66,10 @@ def test_short_demo_end_to_end(tmp_path):
         assert all(j["epochs"].split("/")[0] == j["epochs"].split("/")[1] for j in run["jobs"]), name
         assert run["simulated"]["jobs"] == 5 and run["simulated"]["makespan_s"] > 0
         assert run["real"]["makespan_s"] > 0 and run["real"]["worst_rho"] is not None
-        assert set(run["real"]["user_share"]["share"]) == {"swdemo-ana", "swdemo-ben", "swdemo-chi"}
+        assert set(run["real"]["user_share"]) == {"swreplay-u1", "swreplay-u2", "swreplay-u3"}
+        assert _daemon_pids(run["root"]) == set(), f"the {name} run left Slurm daemons running"
     assert res["runs"]["slurm"]["real"]["restarts"] == 0          # nobody preempts under plain Slurm
-    assert res["runs"]["slurm"]["simulated"]["policy"] == "fifo+backfill"
-    assert {j["gpus"] for j in res["jobs"]} == {1, 2, 4}
-    assert len({j["mode"] for j in res["jobs"]}) == 3
-    assert set(res["deviation"]) == {"makespan_s", "avg_jct_s"}
+    assert res["runs"]["slurm"]["simulated"]["policy"] in ("fifo+backfill", "slurm-multifactor")
+    assert len({j["user"] for j in res["jobs"]}) == 3
     text = doc.read_text()
-    assert "| plain Slurm | Shockwave | plain Slurm, simulated (FIFO+backfill) | Shockwave, simulated |" in text
-    assert _daemon_pids(res["root"]) == set(), "the demo left Slurm daemons running"
+    assert "| (trace seconds) | plain Slurm | Shockwave | plain Slurm, simulated | Shockwave, simulated |" in text

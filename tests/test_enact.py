@@ -125,7 +125,8 @@ def test_the_mark_is_written_before_the_hold_and_cleared_after_the_release():
     en.execute(0, acts, {}, on_done=lambda a: seen.append(a.verb))
     names = [(n, a[0] if a else None, k.get("AdminComment")) for n, a, k in cli.calls]
     assert names.index(("scontrol_update", [3], PREEMPTED)) < names.index(("requeue", [3], None))
-    assert names.index(("scontrol_update", [1], HELD)) < names.index(("hold", [1], None))
+    first = [k for n, a, k in cli.calls if n == "scontrol_update" and a[0] == [1]][0]
+    assert ("hold", [1], None) not in names and first == {"AdminComment": HELD, "Priority": 0}  # marked + held at once
     assert names.index(("release", [2], None)) < names.index(("scontrol_update", [2], ""))
     assert seen == [a.verb for a in acts]
 
@@ -134,10 +135,13 @@ def test_advisory_never_preempts_running_jobs():
     assert reconcile([obs(5, state="RUNNING")], set(), "advisory", HIGH, 0.0, {}, 60, never) == []
 
 
-def test_authoritative_signals_then_requeues_after_grace():
+def test_authoritative_holds_signals_then_requeues_after_grace():
+    """The hold (marked) comes before the signal: when the program requeues itself after its checkpoint the hold
+    comes back with it, so it never restarts by itself on the GPUs it freed (issue 22)."""
     jobs = [obs(5, state="RUNNING", restarts=0)]
-    first = verbs(reconcile(jobs, set(), "authoritative", HIGH, 100.0, {}, 60, never))
-    assert first == {("signal", "USR1"): (5,)}
+    first = reconcile(jobs, set(), "authoritative", HIGH, 100.0, {}, 60, never)
+    assert [(a.verb, a.value, a.job_ids) for a in first] == [("hold", PREEMPTED, (5,)), ("signal", "USR1", (5,))]
+    jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=0, ac=PREEMPTED)]
     waiting = reconcile(jobs, set(), "authoritative", HIGH, 130.0, {5: 100.0}, 60, never)
     assert waiting == []
     later = verbs(reconcile(jobs, set(), "authoritative", HIGH, 161.0, {5: 100.0}, 60, never))
@@ -145,11 +149,11 @@ def test_authoritative_signals_then_requeues_after_grace():
 
 
 def test_a_journalled_requeue_is_never_repeated():
-    jobs = [obs(5, state="RUNNING", restarts=0)]
+    jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=0, ac=PREEMPTED)]
     done = lambda job, restarts: job == 5 and restarts == 0  # noqa: E731
     assert reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: 100.0}, 60, done) == []
     # after the requeue really happened the restart count moved on: a later preemption is allowed
-    jobs = [obs(5, state="RUNNING", restarts=1)]
+    jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=1, ac=PREEMPTED)]
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 900.0, {5: 800.0}, 60, done)) == \
         {("requeue_hold", PREEMPTED): (5,)}
 
@@ -166,7 +170,8 @@ def test_pending_job_asking_for_other_gpus_is_updated():
 
 def test_running_job_asking_for_other_gpus_is_requeued_first_in_authoritative_mode():
     jobs = [obs(8, state="RUNNING", gpus=1, wanted=2)]
-    assert verbs(reconcile(jobs, {8}, "authoritative", HIGH, 0.0, {}, 60, never)) == {("signal", "USR1"): (8,)}
+    assert verbs(reconcile(jobs, {8}, "authoritative", HIGH, 0.0, {}, 60, never)) == \
+        {("hold", PREEMPTED): (8,), ("signal", "USR1"): (8,)}
     assert reconcile(jobs, {8}, "advisory", HIGH, 0.0, {}, 60, never) == []
 
 
@@ -175,17 +180,21 @@ def test_a_job_that_just_started_is_not_preempted_yet():
     assert reconcile(young, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120) == []
     old = [Observed(9, "RUNNING", False, "", 0, None, 1, None, 130.0)]
     assert verbs(reconcile(old, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120)) == \
-        {("signal", "USR1"): (9,)}
+        {("hold", PREEMPTED): (9,), ("signal", "USR1"): (9,)}
 
 
 def test_a_signal_to_an_earlier_run_does_not_count():
     """The job was signalled, requeued (by its wrapper) and restarted between two observations: its new run
     gets its own signal and grace, it is not requeued at once without a checkpoint."""
-    jobs = [obs(5, state="RUNNING", restarts=1)]
+    jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=1, ac=PREEMPTED)]
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 0]}, 60, never)) == \
         {("signal", "USR1"): (5,)}
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 1]}, 60, never)) == \
         {("requeue_hold", PREEMPTED): (5,)}
+    # a signalled run whose hold was lost (kill -9 between the mark and the hold): held again, not re-signalled
+    lost = [obs(5, state="RUNNING", restarts=1, ac=PREEMPTED)]
+    assert verbs(reconcile(lost, set(), "authoritative", HIGH, 130.0, {5: [100.0, 1]}, 60, never)) == \
+        {("hold", PREEMPTED): (5,)}
 
 
 def test_a_job_held_while_running_is_released_with_its_mark():
@@ -232,3 +241,17 @@ def test_a_requeued_job_is_released_no_sooner_than_the_restart_gap():
     assert slept == []
     b._wait_restart_gap([Action("release", (5, 6), "")])
     assert slept == [pytest.approx(100.0 + RESTART_GAP_SECONDS - 100.3)]
+
+
+def test_a_run_whose_wrapper_has_not_reported_its_start_is_not_signalled_yet():
+    """Its signal handlers are not up: a checkpoint signal would be lost, or kill a shell that has not reached
+    its `trap '' USR1` (the job ends FAILED with nothing written).  Once the start is reported it is; a job that
+    never reports (no wrapper) after UNREPORTED_START_S."""
+    from slurm_shockwave.slurm.enact import UNREPORTED_START_S
+
+    def run(reported, running_for):
+        j = Observed(9, "RUNNING", False, "", 1, None, 1, None, running_for, run_reported=reported)
+        return verbs(reconcile([j], set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=3))
+    assert run(False, 30.0) == {}
+    assert run(True, 30.0) == run(False, UNREPORTED_START_S + 1) == {("hold", PREEMPTED): (9,),
+                                                                     ("signal", "USR1"): (9,)}

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from solver.policies.shockwave import ShockwavePolicy
+from solver.policies import default_policy
+from solver.policies.shockwave_edf import ShockwaveEDF
 from solver.types import ClusterView, Policy, RoundDecision
 from slurm_shockwave.cli.main import cli
 from slurm_shockwave.controller.config import config_from_dict
@@ -132,7 +133,7 @@ def test_preempted_twice_keeps_first_arrival_rho_and_fair_share(cluster):
         for v in (first, last):
             jobs = tuple(dataclasses.replace(j, ran_last_round=False) for j in v.jobs)
             cv = ClusterView(now=first.now + 100, round_index=0, round_length=1.0, num_gpus=4, jobs=jobs)
-            outs.append(ShockwavePolicy().decide(cv).plans[a])
+            outs.append(ShockwaveEDF().decide(cv).plans[a])
         for key in ("rho_hat", "fair_finish_in_s"):                          # fair_finish_in_s: the fair-share target
             assert getattr(outs[0], key) is not None and getattr(outs[0], key) == getattr(outs[1], key), (key, outs)
         rec, _at = ctl.state.latest_round()
@@ -146,7 +147,7 @@ def test_preempted_twice_keeps_first_arrival_rho_and_fair_share(cluster):
 def test_status_and_explain_agree_with_the_decision(cluster):
     root = make_root("shockwave-plan-3-")
     ids = [submit(cluster, root, f"s{i}", comment="shockwave epochs=12 bs=32 epoch_s=20") for i in range(6)]
-    cfg = config(cluster, root, "advisory", policy="shockwave")
+    cfg = config(cluster, root, "advisory", policy=default_policy().name)
     ctl = Controller(cfg)
     try:
         ctl.run(max_rounds=2)

@@ -11,6 +11,7 @@ import pytest
 from solver.types import ClusterView, JobPlan, JobView, Policy, RoundDecision
 from slurm_shockwave.slurm import jobview
 from slurm_shockwave.cli.statusview import fmt_eta
+from slurm_shockwave.backends.base import ClusterBackend
 from slurm_shockwave.controller.loop import RoundLoop, fallback_decision
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.store import StateStore
@@ -74,7 +75,7 @@ def test_no_requeue_warning():
 def test_view_round_trip_is_exact():
     from slurm_shockwave.journal.record import view_from_json, view_to_json
     v, _m = build(FakeJob(), history={32: (6.0, 40), 64: (4.0, 3)})
-    v = replace(v, bs_history=(32,) * 700 + (64,) * 300)
+    v = replace(v, bs_history=(32,) * 700 + (64,) * 300, throughput_by_gpus={1: 5.0, 2: 9.5})   # int keys back
     assert view_from_json(json.loads(json.dumps(view_to_json(v)))) == v
     assert len(view_to_json(v)["bs_history"]) == 2                  # run-length encoded
 
@@ -126,7 +127,7 @@ class Bad(Policy):
         return RoundDecision(run=self.run)
 
 
-class Backend:
+class Backend(ClusterBackend):
     def __init__(self, view):
         self.view, self.applied = view, []
 
@@ -141,9 +142,6 @@ class Backend:
 
     def done(self):
         return False
-
-    def round_context(self):
-        return {}
 
 
 @pytest.mark.parametrize("run", [(1, 2, 3, 4, 5), (1, 1), (99,)])

@@ -24,8 +24,8 @@ SPEC = [{"id": 0, "arrival": 0, "model": "ResNet-18", "batch_size": 32, "epochs"
         {"id": 1, "arrival": 0, "model": "ResNet-50", "batch_size": 32, "epochs": 1, "gpus": 2},
         {"id": 2, "arrival": 60, "model": "Transformer", "batch_size": 32, "epochs": 2},
         {"id": 3, "arrival": 300, "model": "Recommendation", "batch_size": 1024, "epochs": 2}]
-BASELINES = ["max_min_fairness", "finish_time_fairness", "allox", "max_sum_throughput", "min_total_duration",
-             "gandiva_fair"]
+BASELINES = ["max_min_fairness", "max_min_fairness_het", "finish_time_fairness", "allox", "max_sum_throughput",
+             "min_total_duration", "gandiva_fair", "pollux", "slurm-multifactor", "slurm-preempt"]
 
 
 @pytest.fixture
@@ -60,10 +60,12 @@ def _simulate(spec, *args):
 
 
 def test_the_built_in_policies_in_their_order():
-    assert policy_names() == ["shockwave", *BASELINES, "fifo"]
+    assert policy_names() == ["shockwave-edf", "shockwave-paper", *BASELINES, "fifo"]
     assert [c.name for c in all_policies() if c.baseline] == BASELINES
     assert [policy_class(n).label for n in policy_names()] == [
-        "Shockwave", "Gavel", "Themis", "AlloX", "MST", "OSSP", "Gandiva-Fair", "FIFO"]
+        "Shockwave-EDF", "Shockwave (paper)", "Gavel", "Gavel-het", "Themis", "AlloX", "MST", "OSSP", "Gandiva-Fair", "Pollux",
+        "Slurm", "Slurm+preempt", "FIFO"]
+    assert [c.name for c in all_policies() if c.default] == ["shockwave-edf"]
     assert policy_class("max_sum_throughput").reference_name == "max_sum_throughput_perf"
     assert all(c.description for c in all_policies())
 
@@ -76,7 +78,8 @@ def test_toy_in_simulate(toy, spec):
     assert json.loads(r.output)["results"]["toy_lifo"]["jobs"] == len(SPEC)
     r = _simulate(spec, "--policy", "all", "--json")
     assert r.exit_code == 0, r.output
-    assert list(json.loads(r.output)["results"]) == ["shockwave", *BASELINES, "fifo", "toy_lifo"]
+    assert list(json.loads(r.output)["results"]) == ["shockwave-edf", "shockwave-paper", *BASELINES, "fifo",
+                                                      "toy_lifo"]
 
 
 def test_toy_in_the_report(toy, spec, tmp_path):
@@ -96,14 +99,14 @@ def test_toy_in_the_study(toy, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import study
     from study_report import write_report
+    from study_traces import TraceSpec
     assert study.baselines() == [*BASELINES, "toy_lifo"]
-    spec = study.TraceSpec("tiny", gpus=4, jobs=6, seed=1, interarrival=60)
+    spec = TraceSpec("tiny", gpus=4, jobs=6, seed=1, interarrival=60)
     out = tmp_path / "study"
-    for policy in ["shockwave", *study.baselines()]:
-        cfg = study.ShockwaveConfig() if policy == "shockwave" else None
-        assert study.run_one(spec, policy, cfg, out, tmp_path)["jobs"] == 6
-    text = write_report([spec], [], out, study.run_key, path=tmp_path / "results.md").read_text()
-    assert "| ToyLIFO | " in text and "| Gavel | " in text
+    for policy in study.policies():
+        assert study.run_one(spec, policy, None, out, tmp_path)["jobs"] == 6
+    text = write_report(tmp_path, tmp_path / "results.md", [spec], out, []).read_text()
+    assert "| ToyLIFO | " in text and "| Gavel | " in text and "| **Shockwave-EDF** | " in text
 
 
 def test_names_aliases_and_reference_names_in_any_case():
@@ -115,7 +118,8 @@ def test_names_aliases_and_reference_names_in_any_case():
 
 
 def test_unknown_name_lists_the_known_ones(toy):
-    with pytest.raises(ValueError, match=r"unknown policy 'nope'; choose from shockwave, max_min_fairness.*toy_lifo"):
+    with pytest.raises(ValueError, match=r"unknown policy 'nope'; choose from shockwave-edf, shockwave-paper, "
+                                         r"max_min_fairness.*toy_lifo"):
         policy_class("nope")
     assert policy_class("TOY").label == "ToyLIFO"
 
@@ -136,7 +140,7 @@ def test_settings_are_validated(toy):
     assert _problem("allox", {"alpha": 2.0}) == (("alpha",), "less_than_equal")
     with pytest.raises(ValueError, match="policy 'fifo' has no settings"):
         make_policy("fifo", {"alpha": 0.5})
-    with pytest.raises(ValueError, match="policy 'shockwave' takes a ShockwaveConfig, got AlloXConfig"):
+    with pytest.raises(ValueError, match="policy 'shockwave-paper' takes a ShockwaveConfig, got AlloXConfig"):
         make_policy("shockwave", AlloXConfig())
     assert make_policy("allox", {"alpha": 0.5}).config.alpha == 0.5
     # a reference config's absolute k is used as given, whichever way the settings arrive

@@ -39,9 +39,13 @@ def write(path: Path, cluster, **ctl) -> Path:
     return path
 
 
-def store(path: Path) -> Path:
-    """An event store laid out as docs/event-schema.md says (root-owned 0755, with _system/)."""
+def store(path: Path, user_folder: bool = True) -> Path:
+    """An event store laid out as docs/event-schema.md says (root-owned 0755, with _system/ and users/), with a
+    user's folder made by hand (these clusters run no prolog hook) unless `user_folder` is false."""
     (path / "_system").mkdir(parents=True, mode=0o755)
+    (path / "users").mkdir(mode=0o755)
+    if user_folder:
+        (path / "users" / "1000").mkdir(mode=0o755)
     os.chmod(path, 0o755)
     return path
 
@@ -82,6 +86,22 @@ def test_a_ready_cluster_passes(slurm_cluster, tmp_path):
     assert res.stdout.startswith("config and cluster OK")
     out = json.loads(check(cfg, "--json").stdout)
     assert out["ok"] is True and out["problems"] == []
+
+
+def test_a_store_no_job_can_write_to_is_a_problem(slurm_cluster, tmp_path):
+    """No prolog hook and no user folder: every job would run unreported; check said OK (issue 22)."""
+    store(tmp_path / "events", user_folder=False)
+    cfg = write(tmp_path / "c.toml", slurm_cluster, mode="authoritative", partition=slurm_cluster.partition,
+                state_dir=str(tmp_path / "state"), event_store=str(tmp_path / "events"))
+    res = check(cfg)
+    assert res.returncode == 1
+    lines = errors(res)
+    assert len(lines) == 1 and "Prolog = (null)" in lines[0] and "no job can report" in lines[0], lines
+    (tmp_path / "events" / "users" / "1000").mkdir(mode=0o755)     # made by hand: jobs of that user can report
+    res = check(cfg)
+    assert res.returncode == 0, res.stderr
+    assert "prolog=not the shockwave hook ((null)); 1 user folder(s)" in res.stdout, res.stdout
+    assert json.loads(check(cfg, "--json").stdout)["prolog"].startswith("not the shockwave hook")
 
 
 def test_missing_partition_store_and_unwritable_state_one_line_each(slurm_cluster, tmp_path):

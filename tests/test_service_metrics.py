@@ -146,3 +146,30 @@ def test_metrics_address_is_where_it_listens(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
     finally:
         metrics.shutdown()
+
+
+def test_the_share_each_rule_decided_is_exported_per_round():
+    """`explain` names the rule that placed each job; the metrics say which rules decide (issue 21)."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+
+    from slurm_shockwave.controller.daemon import Controller
+    from slurm_shockwave.controller.metrics_server import ControllerMetrics
+    from slurm_shockwave.journal.record import RoundRecord
+    from solver.types import ClusterView, JobPlan, JobView, RoundDecision
+
+    def job(i, g):
+        return JobView(job_id=i, arrival_time=0.0, num_gpus=g, batch_size=32, epochs_done=0, total_epochs=5,
+                       samples_per_epoch=320, steps_done=0, total_steps=50, throughput=1.0)
+    view = ClusterView(now=0.0, round_index=3, round_length=120.0, num_gpus=8, jobs=(job(1, 4), job(2, 2), job(3, 2)))
+    decision = RoundDecision(run=(1, 2, 3), plans={1: JobPlan(1, rule="critical_path"), 2: JobPlan(2, rule="market"),
+                                                   3: JobPlan(3, rule="market")})
+    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None)
+    for _ in range(2):
+        Controller._round_metrics(fake, RoundRecord(view, decision, 0.01, False, "p"), busy=8)
+    text = generate_latest(fake.metrics.registry).decode()
+    assert 'shockwave_round_rule_share{rule="market"} 0.5' in text
+    assert 'shockwave_round_rule_share{rule="critical_path"} 0.5' in text
+    assert 'shockwave_round_rule_share{rule="guard"} 0.0' in text
+    assert 'shockwave_gpu_rounds_total{rule="market"} 8.0' in text

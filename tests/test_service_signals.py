@@ -96,6 +96,30 @@ def test_sighup_reloads_or_keeps_and_sigterm_exits_cleanly(slurm_cluster):
     assert "signal SIGTERM: finishing the round" in text and "controller stopped after" in text
 
 
+def test_sigterm_while_starting_is_a_clean_stop(tmp_path):
+    """A controller signalled while still starting (here: blocked reading its config, a FIFO the test writes
+    only after the signal) stops cleanly before its first round and exits 0 (it used to die of the signal)."""
+    cfg = tmp_path / "c.fifo"
+    os.mkfifo(cfg)
+    (tmp_path / "bin").mkdir()                    # no Slurm commands there: the stop must need none
+    text = (f'[controller]\nstate_dir = "{tmp_path / "state"}"\nevent_store = "{tmp_path}"\n'
+            f'[slurm]\nbin_dir = "{tmp_path / "bin"}"\n')
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg)],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    try:
+        with open(cfg, "w") as fifo:              # returns once the controller opened its config: it is starting
+            proc.send_signal(signal.SIGTERM)
+            fifo.write(text)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, out
+    assert "signal SIGTERM: finishing the round" in out and "controller stopped after 0 round(s)" in out, out
+
+
 def test_bad_config_at_start_exits_2(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[controller]\nround_seconds = inf\n")

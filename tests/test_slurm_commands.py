@@ -31,7 +31,12 @@ def test_update_is_batched_and_validated():
     assert fake.calls == [["scontrol", "update", "JobId=1,2,3_4", "SiteFactor=5000", "Nice=-10"]]
     fake.calls.clear()
     cli.scontrol_update(range(1, 1201), Priority=1)
-    assert len(fake.calls) == 3 and fake.calls[0][2].count(",") == 499
+    # a long list is split into PARALLEL calls run at once (each at most BATCH_SIZE ids), every id exactly once
+    assert len(fake.calls) == 4 and all(c[2].count(",") == 299 for c in fake.calls)
+    assert sorted(int(x) for c in fake.calls for x in c[2][len("JobId="):].split(",")) == list(range(1, 1201))
+    fake.calls.clear()
+    cli.scontrol_update(range(1, 5001), Priority=1)
+    assert len(fake.calls) == 10 and all(c[2].count(",") == 499 for c in fake.calls)
     with pytest.raises(ValueError):
         cli.scontrol_update(["1;rm -rf /"], Priority=1)
     with pytest.raises(ValueError):

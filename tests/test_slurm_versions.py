@@ -161,6 +161,34 @@ def test_scancel_signal_forms_reach_the_job(lab, scope):
     assert state_of(cli, job).running                               # a trapped signal does not end it
 
 
+def test_accounting_shares_usage_and_budgets(lab):
+    """Real accounting (issue 24): sshare's tree as the controller reads it (JSON from 24.11, text on 22.05), each
+    user's job billed to its account, the usage of an ended job in sshare at once, budgets 3:1 from the shares."""
+    from slurm_shockwave.slurm.budgets import compute
+    from slurm_shockwave.slurm.shares import read_shares
+    from tests.share_fixtures import sbatch_as
+
+    cluster, cli, work = lab
+    cli.squeue_jobs()                                               # the version the CLI speaks is known
+    rows = {r.key: r for r in read_shares(cli)}
+    assert {k: rows[k].raw_shares for k in [("teama", ""), ("teamb", ""), ("teama", "sw-ann"), ("teamb", "sw-bob")]} \
+        == {("teama", ""): 3, ("teamb", ""): 1, ("teama", "sw-ann"): 1, ("teamb", "sw-bob"): 1}
+    assert rows[("teama", "")].parent == rows[("teamb", "")].parent == "root"
+    assert compute(rows.values(), [("teama", "sw-ann"), ("teamb", "sw-bob")]).budget[("teama", "sw-ann")] > 1
+    ann = sbatch_as(cluster, "sw-ann", work, "--gres=gpu:2", "--wrap", "sleep 2")
+    bob = sbatch_as(cluster, "sw-bob", work, "--gres=gpu:1", "--wrap", "sleep 2")
+    jobs = wait_for(lambda: (x := {j.job_id: j for j in cli.squeue_jobs(job_ids=[ann, bob])}) and
+                    all(j.finished for j in x.values()) and x, timeout=60, what="both jobs done")
+    assert (jobs[ann].user, jobs[ann].account, jobs[bob].user, jobs[bob].account) == \
+        ("sw-ann", "teama", "sw-bob", "teamb")
+    used = wait_for(lambda: (r := {x.key: x.raw_usage for x in read_shares(cli)})[("teama", "sw-ann")] > 0 and
+                    r[("teamb", "sw-bob")] > 0 and r, timeout=30, what="usage of the ended jobs in sshare")
+    assert used[("teama", "")] >= used[("teama", "sw-ann")] > used[("teamb", "sw-bob")]   # 2 GPUs vs 1
+    acct = cluster.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,User,Account,State", "-j", f"{ann},{bob}"])
+    assert acct.returncode == 0, acct.stderr
+    assert sorted(acct.stdout.split()) == sorted([f"{ann}|sw-ann|teama|COMPLETED", f"{bob}|sw-bob|teamb|COMPLETED"])
+
+
 @pytest.mark.parametrize("version", version_test_versions())
 def test_cluster_cli_up_down_leaves_nothing(version):
     """`shockwave cluster up --slurm V` / `down`: nodes idle with GPUs; afterwards no daemon, no job

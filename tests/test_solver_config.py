@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from slurm_shockwave.loader import InputFileError
 from slurm_shockwave.policy_settings import from_file
 from slurm_shockwave.validation import describe
-from solver.policies.shockwave import ShockwaveConfig
+from solver.policies.shockwave_config import ShockwaveConfig
 
 
 @pytest.mark.parametrize("key,val", [

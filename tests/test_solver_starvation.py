@@ -1,15 +1,20 @@
 """No starvation (issue 12 items 2, 3): a job that has not run for B rounds runs within
-B + ceil((N - 1) / floor(G / g_max)) rounds of its last run, whatever the market plans."""
+B + ceil((N - 1) / floor(G / g_max)) rounds of its last run, whatever the plan; for both Shockwave policies."""
 import math
 
 import pytest
 
 from slurm_shockwave.simulate import run_simulation
-from solver.policies.shockwave import ShockwaveConfig, ShockwavePolicy
+from solver.policies.shockwave_config import ShockwaveConfig
+from solver.policies.shockwave_edf import ShockwaveEDF, ShockwaveEDFConfig
+from solver.policies.shockwave_paper import ShockwavePaper
 from solver.types import ClusterView, JobView
 from tests.helpers import random_workload, reference_table
 
 D = 120.0
+# (policy class, its settings; the paper's with a makespan weight that makes the market time-slice)
+POLICIES = [(ShockwavePaper, ShockwaveConfig(lambda_=25.0, k_norm=30.0)), (ShockwaveEDF, ShockwaveEDFConfig())]
+both = pytest.mark.parametrize("cls,cfg", POLICIES, ids=["paper", "edf"])
 
 
 def view_job(jid, arrival, gpus, done, total, d=D, steps_left_s=None, **kw):
@@ -29,12 +34,13 @@ def bound(cfg, n_jobs, gpus, g_max):
     return cfg.starvation_bound_rounds + math.ceil((n_jobs - 1) / (gpus // g_max))
 
 
+@both
 @pytest.mark.parametrize("gang_epochs_done,gang_total", [(9, 10), (10, 10)])
-def test_gang_with_little_work_left_runs_within_the_bound_in_a_stream_of_small_jobs(gang_epochs_done, gang_total):
+def test_gang_with_little_work_left_runs_within_the_bound_in_a_stream_of_small_jobs(gang_epochs_done, gang_total,
+                                                                                  cls, cfg):
     """A stream of 1-GPU jobs (2 arrive per round, 6 rounds of work each, on 4 GPUs) and one 4-GPU job with 20 s
     of work left; (10, 10): the gang has reported every epoch and is still running (final checkpoint)."""
-    cfg = ShockwaveConfig(lambda_=25.0, k_norm=30.0)
-    pol = ShockwavePolicy(cfg)
+    pol = cls(cfg)
     G, now = 4, 0.0
     small = {}        # id -> [arrival, epochs done]
     gang = view_job("gang", 0.0, 4, gang_epochs_done, gang_total, steps_left_s=20.0)
@@ -69,13 +75,14 @@ def test_gang_with_little_work_left_runs_within_the_bound_in_a_stream_of_small_j
         assert gang_ran_at <= became_overdue_bound
 
 
-def test_every_job_runs_within_the_bound_in_an_overloaded_simulation():
+@both
+def test_every_job_runs_within_the_bound_in_an_overloaded_simulation(cls, cfg):
     """Round log of a simulation with gangs on a small cluster: the gap between two runs of a job (or between
     its arrival and its first run) never exceeds the bound computed from the most jobs ever active."""
     thr = reference_table()
     jobs = random_workload(11, 40, 4, thr)
-    cfg = ShockwaveConfig(lambda_=25.0, k_norm=30.0, starvation_rounds=3)
-    res = run_simulation(jobs, thr, 4, "shockwave", policy_config=cfg, keep_round_log=True)
+    cfg = cfg.model_copy(update={"starvation_rounds": 3})
+    res = run_simulation(jobs, thr, 4, cls.name, policy_config=cfg, keep_round_log=True)
     log = res.round_log
     n_max = max(len(r.view.jobs) for r in log)
     limit = bound(cfg, n_max, 4, max(j.num_gpus for j in jobs))
@@ -91,9 +98,10 @@ def test_every_job_runs_within_the_bound_in_an_overloaded_simulation():
     assert any(p.overdue and p.rule == "guard" for rec in log for p in rec.decision.plans.values())
 
 
-def test_finishing_job_is_planned_not_starved():
+@both
+def test_finishing_job_is_planned_not_starved(cls, cfg):
     """All epochs reported but still running (e.g. a final checkpoint): it gets planned rounds and runs."""
-    pol = ShockwavePolicy(ShockwaveConfig(lambda_=25.0, k_norm=30.0))
+    pol = cls(cfg)
     jobs = [view_job(f"b{i}", 0.0, 1, 1, 40) for i in range(6)]
     fin = view_job("fin", 0.0, 2, 10, 10, steps_left_s=30.0)
     v = ClusterView(now=600.0, round_index=5, round_length=D, num_gpus=4, jobs=tuple(jobs + [fin]))

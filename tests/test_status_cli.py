@@ -90,7 +90,7 @@ def invoke(*args):
 def test_status_json(run_state):
     out = invoke("status", "--state-dir", run_state["state_dir"], "--json")
     cl = out["cluster"]
-    assert cl["gpus"] == 2 and cl["round"] == 2 and cl["mode"] == "advisory" and cl["policy"] == "shockwave"
+    assert cl["gpus"] == 2 and cl["round"] == 2 and cl["mode"] == "advisory" and cl["policy"] == "shockwave-paper"
     assert cl["gpus_planned"] <= 2 and cl["solver_path"] in ("solved", "cached")
     rows = {int(r["job_id"]): r for r in out["jobs"]}
     assert set(rows) == set(run_state["ids"])

@@ -1,4 +1,4 @@
-"""One Shockwave configuration for every workload: `simulate` uses ShockwaveConfig() unless --config is given."""
+"""One configuration for every workload: `simulate` uses each policy's built-in settings unless --config is given."""
 from __future__ import annotations
 
 import json
@@ -8,15 +8,15 @@ from click.testing import CliRunner
 import slurm_shockwave.simulate as sim
 from slurm_shockwave.cli.main import cli
 from slurm_shockwave.data_files import CONFIGS, EXPERIMENTS, experiment_paths
-from solver.policies import make_policy
-from solver.policies.shockwave import ShockwaveConfig
+from solver.policies import default_policy, make_policy
+from solver.policies.shockwave_config import ShockwaveConfig
 
 
 def _captured(monkeypatch):
     seen = []
     real = sim.run_simulation
 
-    def spy(workload, throughputs, gpus, policy="shockwave", round_length=120.0, policy_config=None, *a, **kw):
+    def spy(workload, throughputs, gpus, policy=None, round_length=120.0, policy_config=None, *a, **kw):
         seen.append(policy_config)
         return real(workload, throughputs, gpus, "max_min_fairness", round_length, None, *a, **kw)
     monkeypatch.setattr(sim, "run_simulation", spy)
@@ -28,10 +28,12 @@ def test_simulate_uses_the_builtin_config_for_every_experiment(monkeypatch):
     for name in EXPERIMENTS:
         if name != "tacc_32gpus":
             continue     # one bundled experiment is enough to run; the others only differ in defaults
-        r = CliRunner().invoke(cli, ["simulate", "--experiment", name, "--policy", "shockwave", "--json"])
-        assert r.exit_code == 0, r.output
-    assert seen == [None]
+        for policy in (["--policy", "shockwave"], []):      # the paper's policy, then the default
+            r = CliRunner().invoke(cli, ["simulate", "--experiment", name, *policy, "--json"])
+            assert r.exit_code == 0, r.output
+    assert seen == [None, None]
     assert make_policy("shockwave", None).config == ShockwaveConfig()
+    assert make_policy(default_policy().name, None).config == default_policy().config_model()
 
 
 def test_explicit_config_is_used(monkeypatch, tmp_path):

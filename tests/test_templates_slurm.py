@@ -174,20 +174,26 @@ def test_requeue_checkpoints_and_resumes(lab):
     assert 1 <= resumed_at <= 5
 
 
-def test_plain_sbatch_from_a_fresh_checkout_finds_the_venv(lab):
+def test_plain_sbatch_from_a_fresh_checkout_finds_the_venv_and_the_sites_store(lab):
     """`sbatch job_templates/static.sbatch` with no SHOCKWAVE_* variables and no venv on PATH: the template
-    finds the checkout's .venv and train_cnn.py itself (it used to fail: `exec: shockwave-run: not found`)."""
+    finds the checkout's .venv and train_cnn.py itself (it used to fail: `exec: shockwave-run: not found`), and
+    the site's store from the site's controller config (it used to report to a private store in the user's
+    home, which no controller reads), saying so in one line of the job's output."""
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in lab.cluster.full_env().items() if not k.startswith(("SHOCKWAVE_", "VIRTUAL_ENV"))}
     env["PATH"] = ":".join(p for p in env.get("PATH", "/usr/bin:/bin").split(":") if p != venv_bin)
-    env["SHOCKWAVE_STORE"] = str(lab.store)          # the site's store (the only variable a site sets)
+    site_cfg = lab.root / "site-config.toml"          # what /etc/shockwave/config.toml is on a site
+    site_cfg.write_text(f'[controller]\nevent_store = "{lab.store}"\n')
+    env["SHOCKWAVE_CONFIG"] = str(site_cfg)           # the variable an admin sets in the Slurm environment
     r = lab.cluster.run(["sbatch", "--parsable", "-D", str(lab.work), "-o", str(lab.work / "out.%j"),
                          str(REPO / "job_templates" / "static.sbatch"), *SHORT], env=env, cwd=str(lab.work))
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip().split(";")[0]
     prog = lab.wait_finished(job)
     assert prog.finished and prog.epochs_done == 3, lab.diag(job)
-    assert "not found" not in (lab.work / f"out.{job}").read_text()
+    out = (lab.work / f"out.{job}").read_text()
+    assert "not found" not in out
+    assert f"shockwave: reporting to {lab.store} (from the site's config {site_cfg})" in out.splitlines(), out
 
 
 def test_template_without_python_says_what_is_missing(lab):

@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 
 from slurm_shockwave.localcluster.chroot import host_version
-from tests.safety_lab import REPO, Lab, wait_job_progress
-from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
+from tests.safety_lab import REPO, Lab
+from tests.slurm_fixtures import cluster_up, is_kept, make_root, version_test_versions
 
 pytestmark = pytest.mark.slurm
 
@@ -66,7 +66,8 @@ def cluster_and_root(request):
         yield cluster, lab_root
     finally:
         gen.close()                                   # cluster.down() (by pid) and its mounts unmounted
-        shutil.rmtree(lab_root, ignore_errors=True)
+        if not is_kept(lab_root):                     # a failed run's directory is kept to be read
+            shutil.rmtree(lab_root, ignore_errors=True)
 
 
 def _slurm_evidence(cluster, job_ids) -> str:
@@ -97,28 +98,18 @@ def test_kill_9_preemption_round_trip(cluster_and_root):
     # rotation goes on across the restarts: a preemption round trip every 2 rounds, whatever the kills
     lab = Lab(cluster, lab_root, epochs=24, epoch_s=1.0, round_s=3, grace=2, rotate_slice=2, rotate_memory=True)
     lab.submit(6, ignore_signal=lambda i: i % 3 != 0)     # 4 of 6 are stopped by the controller's requeuehold
-    struck: list[str] = []
     t0 = time.monotonic()
     try:
-        lab.start()                                   # a first clean controller gets the workload going
-        wait_job_progress(lab, timeout=90)
-        lab.stop()
-        struck = lab.strike(KILL_POINTS, WINDOW, tries=TRIES)
-        lab.start()                                   # the last one runs the workload to its end
-        wait_for(lab.all_finished, timeout=300, interval=1, what="every job completed")
-        assert lab.stop() == 0
-    finally:
-        lab.stop()
-    elapsed = time.monotonic() - t0
-    try:
-        summary = lab.check()
+        struck, summary = lab.kill9(KILL_POINTS, WINDOW, tries=TRIES, first_timeout=90, finish_timeout=300)
     except AssertionError as e:
         bad = [j for j, r in lab.raw().items() if r.get("job_state") != "COMPLETED"]
         raise AssertionError(f"{e}\n--- Slurm {cluster.slurm_version} log lines:\n"
                              f"{_slurm_evidence(cluster, bad)}") from None
+    elapsed = time.monotonic() - t0
     print(f"\nSlurm {cluster.slurm_version} kill9: {len(struck)} kills struck in {elapsed:.0f} s: {struck}\n"
           f"killed right after: {_last_calls(lab)}\n"
-          f"restarts per job: {summary['restarts']}, rounds: {summary['rounds']}, requeues: {summary['requeues']}")
+          f"restarts per job: {summary['restarts']}, rounds: {summary['rounds']}, requeues: {summary['requeues']}, "
+          f"figures: {summary['figures']}")
     assert struck == [f"{t}:{n}:{w}" for t, n, w in KILL_POINTS], struck
     # no start was refused (24.11: "Killing non-startable batch JobId=N: Job credential revoked"), even one that
     # Slurm would have retried: the controller's release waits long enough after a requeue

@@ -46,6 +46,10 @@ class JobRecord:
     run_time: float = 0.0        # seconds it actually ran
     rounds_run: int = 0
     restarts: int = 0            # times it (re)started after not running the round before
+    account: str = ""            # the account it was charged to (per-account metrics)
+    # the cluster's GPUs counted at this job's speed on each type over its reference type's (the dynamic FTF's G on
+    # a cluster of several GPU types, docs/fairness.md); 0: the cluster's GPU count
+    cluster_gpus: float = 0.0
 
     @property
     def jct(self) -> float:
@@ -72,6 +76,15 @@ class ClusterBackend(abc.ABC):
         details the policy does not see under "jobs" ({str(job id): {...}}), cluster-wide ones (the cluster's
         unmanaged load...) under other keys.  JSON-safe."""
         return {}
+
+    def preemption_costs(self) -> dict:
+        """{job: seconds} a preemption of the job costs (checkpoint + requeue + restart), where measured; the
+        round loop's preemption gate (solver/preemption.py) uses its default for the others."""
+        return {}
+
+    def stopping(self) -> frozenset:
+        """Jobs whose preemption is under way (signalled, not off their GPUs yet): not judged again."""
+        return frozenset()
 
 
 class ServiceBackend(ClusterBackend):
@@ -104,8 +117,9 @@ class ServiceBackend(ClusterBackend):
         return []
 
     @classmethod
-    def check(cls, cfg) -> list[str]:
-        """`shockwave controller check`: the cluster side of a config, one line per problem."""
+    def check(cls, cfg, facts: dict | None = None) -> list[str]:
+        """`shockwave controller check`: the cluster side of a config, one line per problem; what it found worth
+        showing even when fine goes into `facts` (e.g. whether the prolog hook is configured)."""
         return []
 
     @classmethod
@@ -139,7 +153,9 @@ def check_decision(view: ClusterView, decision: RoundDecision) -> RoundDecision:
     unknown = [j for j in run if j not in gpus]
     if unknown:
         raise ValueError(f"round {view.round_index}: decision names unknown or inactive jobs {unknown}")
-    used = sum(gpus[j] for j in run)
+    # a placed elastic job counts the GPUs it was placed on (solver/placement.py); any other job its gang
+    placed = decision.placement
+    used = sum(sum(placed[j].values()) if j in placed else gpus[j] for j in run)
     if used > view.num_gpus:
         raise ValueError(f"round {view.round_index}: decision uses {used} GPUs of {view.num_gpus}")
     if not decision.placement:

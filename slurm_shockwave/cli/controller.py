@@ -7,6 +7,7 @@ restart on 2: RestartPreventExitStatus=2).
 from __future__ import annotations
 
 import logging
+import signal
 import sqlite3
 import sys
 
@@ -21,6 +22,20 @@ class RunError(OneLineError):
     """A one-line error that is not about the config file: exit 1 (systemd restarts the service)."""
 
     exit_code = 1
+
+
+class EarlyStop:
+    """SIGTERM/SIGINT that arrive while the controller is still starting (importing, reading its config, opening
+    its state, reaching its cluster) are remembered, not fatal: installed first thing (this module imports only
+    click), then handed to `Controller.install_signal_handlers`, which stops cleanly before the first round."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, self._remember)
+
+    def _remember(self, signum, _frame) -> None:
+        self.signum = signum
 
 
 def _config(path, dry_run=False, as_json=False):
@@ -63,6 +78,7 @@ def _setup_logging(log_json: bool) -> None:
 @click.option("--log-json", is_flag=True, help="Structured (JSON lines) logs on stderr.")
 def run(config_path, dry_run, max_rounds, log_json):
     """Run the round loop: read the cluster, decide the round, enact it; until SIGTERM (SIGHUP reloads the config)."""
+    early = EarlyStop()                     # first: a SIGTERM while starting is a clean stop, not exit 143
     from ..controller.daemon import Controller
     from ..journal.lock import AlreadyRunning
     from ..controller.faults import metrics_error
@@ -82,7 +98,7 @@ def run(config_path, dry_run, max_rounds, log_json):
                 metrics.serve(cfg.metrics_port, cfg.metrics_address)
             except OSError as e:
                 raise RunError(str(metrics_error(cfg.metrics_address, cfg.metrics_port, e))) from None
-        ctl.install_signal_handlers()
+        ctl.install_signal_handlers(early)
         ctl.warn_at_start()
         log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy.name,
                  cfg.round_seconds, cfg.partition, " (dry run)" if cfg.dry_run else "")
@@ -104,15 +120,16 @@ def check(config_path, as_json, syntax_only):
     """Check a controller config and the world it runs in: one line per problem; exit 2 (config) or 1 (world)."""
     from ..controller.preflight import check_world, summary
     cfg = _config(config_path, as_json=as_json)
-    problems = [] if syntax_only else check_world(cfg)
+    facts: dict = {}
+    problems = [] if syntax_only else check_world(cfg, facts)
     if as_json:
-        emit_json({"ok": not problems, **summary(cfg), "problems": problems})
+        emit_json({"ok": not problems, **summary(cfg), **facts, "problems": problems})
     else:
         for p in problems:
             click.echo(f"Error: {p}", err=True)
         if not problems:
             what = "config OK" if syntax_only else "config and cluster OK"
-            click.echo(f"{what}: " + ", ".join(f"{k}={v}" for k, v in summary(cfg).items()))
+            click.echo(f"{what}: " + ", ".join(f"{k}={v}" for k, v in {**summary(cfg), **facts}.items()))
     if problems:
         sys.exit(1)
 

@@ -34,7 +34,7 @@ def _optional(module: str, name: str) -> None:
 
 for _module, _name in (("cluster", "cluster"), ("controller", "controller"), ("status", "status"),
                        ("status", "explain"), ("status", "events"), ("report", "report"), ("demo", "demo"),
-                       ("trace", "trace")):
+                       ("trace", "trace"), ("replay", "replay")):
     _optional(_module, _name)
 
 

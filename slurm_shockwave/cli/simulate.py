@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..data_files import DEFAULT_EXPERIMENT, EXPERIMENTS, experiment_paths
-from .common import OneLineError, console, emit_json
+from ..strict_json import dumps
+from .common import OneLineError, console, emit_json, esc
 
 
 class _SimulateCommand(click.Command):
@@ -28,15 +29,18 @@ class _SimulateCommand(click.Command):
               help="A reference .trace or our job spec (.toml/.json/.jsonl). Default: the bundled 120-job trace.")
 @click.option("--throughputs", type=click.Path(dir_okay=False), default=None,
               help="Gavel-format throughputs JSON. Default: the experiment's.")
-@click.option("--gpus", type=int, default=None, help="GPUs in the simulated cluster. Default: the experiment's.")
+@click.option("--gpus", default=None, metavar="N|TYPE:N,...",
+              help="GPUs in the simulated cluster: a number (one pool at the throughputs file's v100 column), or "
+                   "GPUs per type, e.g. v100:16,p100:8,k80:8 (each type at its column). Default: the experiment's.")
 @click.option("--experiment", type=click.Choice(sorted(EXPERIMENTS)), default=DEFAULT_EXPERIMENT,
               show_default=True, help="Bundled reference experiment providing the defaults.")
-@click.option("--policy", "policy_name", default="shockwave", show_default=True,
-              help="A policy of the list below (its name or an alias), or 'all'.")
+@click.option("--policy", "policy_name", default=None,
+              help="A policy of the list below (its name or an alias), or 'all'. Default: the default policy.")
 @click.option("--config", type=click.Path(dir_okay=False), default=None,
-              help="Shockwave hyperparameters (JSON/TOML). Default: the built-in configuration, the same for "
-                   "every workload (and the controller's default). The reference's per-experiment files are "
-                   "under data/configs/ (for reproducing the reference only).")
+              help="The policy's settings (JSON/TOML), for every chosen policy whose settings the file describes. "
+                   "Default: each policy's built-in configuration, the same for every workload (and the "
+                   "controller's). The reference's per-experiment files are under data/configs/ (shockwave-paper "
+                   "settings, for reproducing the reference only).")
 @click.option("--round-length", type=float, default=120.0, show_default=True, help="Seconds per round.")
 @click.option("--profile", type=click.Path(dir_okay=False), default=None,
               help="Job profile (ground-truth batch-size schedules); bundled ones are found automatically.")
@@ -47,34 +51,38 @@ class _SimulateCommand(click.Command):
 def simulate(workload, throughputs, gpus, experiment, policy_name, config, round_length, profile, as_json, output,
              progress):
     """Simulate POLICY on a workload and print the paper's metrics."""
-    from solver.policies import policy_class, policy_names
+    from solver.policies import default_policy, policy_class, policy_names
 
     from ..simulate import run_simulation
     from ..workload.errors import WorkloadError
+    from ..workload.gpu_types import parse_gpus
 
     exp = experiment_paths(experiment)
     workload = workload or str(exp["trace"])
     throughputs = throughputs or str(exp["throughputs"])
-    gpus = gpus if gpus is not None else exp["gpus"]
-    if gpus <= 0:
-        raise OneLineError(f"--gpus must be positive, got {gpus}")
+    try:
+        gpus = parse_gpus(gpus) if gpus is not None else exp["gpus"]
+    except ValueError as e:
+        raise OneLineError(str(e)) from None
     if round_length <= 0:
         raise OneLineError(f"--round-length must be positive, got {round_length}")
-    names = policy_names() if policy_name == "all" else [policy_name]
-    cfg = _load_config(config) if ("shockwave" in names and config) else None   # None: ShockwaveConfig()
+    try:
+        names = [c.name for c in ([policy_class(n) for n in policy_names()] if policy_name == "all" else
+                                  [policy_class(policy_name) if policy_name else default_policy()])]
+    except ValueError as e:
+        raise OneLineError(str(e)) from None
+    settings = _load_config(config, names) if config else {}
     results = {}
     for name in names:
         try:
-            model = policy_class(name).config_model            # --config goes to the policies it configures
-            results[name] = run_simulation(workload, throughputs, gpus, name, round_length,
-                                           cfg if model and isinstance(cfg, model) else None, profile,
-                                           on_round=_progress(name, progress, as_json))
+            results[name] = run_simulation(workload, throughputs, gpus, name, round_length, settings.get(name),
+                                           profile, on_round=_progress(name, progress, as_json))
         except (WorkloadError, ValueError) as e:
             raise OneLineError(str(e)) from None
     _finish_progress()
     reference = _reference_rows(workload, gpus, round_length)
     if output:
-        Path(output).write_text(json.dumps({"workload": str(workload), "gpus": gpus, "round_length": round_length,
+        Path(output).write_text(dumps({"workload": str(workload), "gpus": gpus, "round_length": round_length,
                                             "results": {n: r.to_json() for n, r in results.items()},
                                             "reference": reference}, indent=1, default=str))
     if as_json:
@@ -87,18 +95,27 @@ def simulate(workload, throughputs, gpus, experiment, policy_name, config, round
     _table(results, reference)
 
 
-def _load_config(path):
+def _load_config(path, names) -> dict:
+    """{policy: its settings from the file} for the chosen policies whose settings the file describes; a file
+    that describes none of them is an error (the problems it has for each, one line)."""
     from pydantic import ValidationError
 
     from ..loader import InputFileError
-    from ..policy_settings import from_file
+    from ..policy_settings import from_file, settings_model
     from ..validation import describe
-    try:
-        return from_file("shockwave", path)
-    except InputFileError as e:
-        raise OneLineError(str(e)) from None
-    except ValidationError as e:
-        raise OneLineError(f"{path}: " + "; ".join(describe(e))) from None
+    out, problems = {}, []
+    for name in names:
+        if settings_model(name) is None:
+            continue
+        try:
+            out[name] = from_file(name, path)
+        except InputFileError as e:
+            raise OneLineError(str(e)) from None
+        except ValidationError as e:
+            problems.append(f"{name}: " + "; ".join(describe(e)))
+    if not out:
+        raise OneLineError(f"{path}: settings of none of {', '.join(names)}: " + " | ".join(problems))
+    return out
 
 
 _bar = {}
@@ -165,3 +182,24 @@ def _table(results, reference):
     lb = next(iter(results.values())).metrics.lower_bound if results else 0
     if lb:
         console().print(f"LB = physical lower bound of the makespan: {lb:,.0f} s (docs/results.md)")
+    _user_table(results)
+
+
+def _user_table(results):
+    """Each user's GPU share (while every user had an active job), its fair share and its worst dynamic FTF, when
+    there are users."""
+    from rich.table import Table
+    users = sorted({u for r in results.values() for u in r.metrics.user_gpu_share})
+    if not users:
+        return
+    t = Table(title="Per user: GPU share while every user had work (its max-min fair share) / worst dynamic FTF "
+                    "(docs/fairness.md)")
+    t.add_column("policy", no_wrap=True, min_width=22)
+    for u in users:
+        t.add_column(esc(u), justify="right")
+    t.add_column("min share / fair", justify="right")
+    for name, r in results.items():
+        m = r.metrics
+        t.add_row(name, *(f"{100 * m.user_gpu_share.get(u, 0):.1f}% ({100 * m.user_fair_share.get(u, 0):.1f}%) / "
+                          f"{m.user_ftf_dynamic_worst.get(u, 0):.2f}" for u in users), f"{m.user_share_min:.3f}")
+    console().print(t)

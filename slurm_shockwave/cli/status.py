@@ -10,14 +10,19 @@ import time
 
 import click
 
-from .common import OneLineError, console, emit_json
-from .statusview import explain_job, fmt_clock, fmt_duration, fmt_eta
+from .. import site
+from .common import OneLineError, console, emit_json, esc
+from .statusview import explain_job, fairshare_lines, fmt_clock, fmt_duration, fmt_eta
 from .statusview import status_rows as _status_rows
 
-DEFAULT_STATE = "/var/lib/shockwave"
+DEFAULT_STATE = site.DEFAULT_STATE_DIR
 
 
 def _state_dir(config_path, state_dir):
+    """The controller config that `status`, `explain` and `events` read: --config, else --state-dir, else the
+    site's (site.py: $SHOCKWAVE_CONFIG or /etc/shockwave/config.toml), else the defaults."""
+    if not config_path and not state_dir:
+        config_path = site.config_path()
     if config_path:
         from ..controller.config import ConfigError, load_config
         try:
@@ -52,10 +57,13 @@ def _header(s: dict) -> str:
     pend = (f"; {s['unmanaged_pending']} unmanaged job(s) pending ({s['unmanaged_pending_gpus']} GPUs)"
             if s["unmanaged_pending"] else "")
     age = f", snapshot {s['snapshot_age_s']:.0f} s old" if s["snapshot_age_s"] is not None else ""
+    p = s.get("preemptions") or {}
+    pre = (f"; preemptions {p.get('preempted', 0)} (kept running {p.get('kept', 0)}, wasted {p.get('wasted', 0)})"
+           if p else "")
     return (f"round {s['round']} ({s['round_status']}{age}), {s['gpus_busy']}/{s['gpus']} GPUs busy{unm}, "
             f"{s['gpus_planned']} planned of {s['gpus_managed_capacity']} for managed jobs{pend}; last solve "
             f"{(s['last_solve_seconds'] or 0):.2f} s [{s['solver_path']}], mode {s['mode']}"
-            f"{' (dry run)' if s['dry_run'] else ''}, policy {s['policy']}")
+            f"{' (dry run)' if s['dry_run'] else ''}, policy {s['policy']}{pre}")
 
 
 SORT_KEYS = ["job_id", "user", "gpus", "state", "rho_hat", "predicted_remaining_s", "next_planned_round",
@@ -111,17 +119,19 @@ def status(config_path, state_dir, user, me, state_filter, show_all, sort_key, w
 def _print_status(summary, rows):
     from rich.table import Table
     c = console()
-    c.print(_header(summary))
+    c.print(esc(_header(summary)))
     for w in summary["warnings"]:
-        c.print(f"[bold red]warning:[/] {w}")
+        c.print(f"[bold red]warning:[/] {esc(w)}")
+    for line in fairshare_lines(summary.get("fairshare")):     # per account and user (issue 24)
+        c.print(esc(line))
     t = Table()
     for col in ("job", "user", "GPUs", "state", "pos", "bs", "epochs", "remaining", "start", "rho^", "reason"):
         t.add_column(col)
     for r in rows:
         epochs = f"{r['epochs_done']}/{r['total_epochs']}" if r.get("total_epochs") else "-"
         start = ("running" if r["state"] == "RUNNING" and not r.get("finished") else fmt_clock(r.get("expected_start")))
-        text = r["reason"] + "".join(f" [yellow](! {w})[/]" for w in r.get("warnings") or ())
-        t.add_row(r["job_id"], r["user"], str(r["gpus"]), r["state"], str(r.get("position") or "-"),
+        text = esc(r["reason"]) + "".join(f" [yellow](! {esc(w)})[/]" for w in r.get("warnings") or ())
+        t.add_row(esc(r["job_id"]), esc(r["user"]), str(r["gpus"]), esc(r["state"]), str(r.get("position") or "-"),
                   str(r.get("batch_size") or "-"), epochs,
                   fmt_eta(r.get("predicted_remaining_s"), r.get("eta_confidence")) if not r.get("finished") else "-",
                   start, f"{r['rho_hat']:.2f}" if r.get("rho_hat") is not None else "-", text)
@@ -146,38 +156,45 @@ def explain(job_id, config_path, state_dir, as_json):
         emit_json(out)
         return
     c = console()
-    c.print(f"[bold]job {job_id}[/] ({out['user']}/{out['account']}, {out['gpus']} GPU(s)): {out['state']}; "
-            f"{out['reason']}")
-    for w in out["cluster_warnings"] + (out.get("warnings") or []):
-        c.print(f"  [bold red]warning:[/] {w}")
+    # every line is plain text (user names, reasons, paths): escaped, never read as markup
+    lines = [f"job {job_id} ({out['user']}/{out['account']}, {out['gpus']} GPU(s)): {out['state']}; {out['reason']}"]
+    lines += [f"  warning: {w}" for w in out["cluster_warnings"] + (out.get("warnings") or [])]
     if out.get("total_epochs"):
-        c.print(f"  progress: {out['epochs_done']}/{out['total_epochs']} epochs, batch size {out.get('batch_size')}, "
-                f"weight {out.get('weight')}")
+        lines.append(f"  progress: {out['epochs_done']}/{out['total_epochs']} epochs, batch size "
+                     f"{out.get('batch_size')}, weight {out.get('weight')}")
     if out["posterior"]:
-        c.print("  regime posterior (expected remaining epochs per batch size): " +
-                ", ".join(f"{k}: {x:.1f}" for k, x in out["posterior"]["regimes"].items()))
+        lines.append("  regime posterior (expected remaining epochs per batch size): " +
+                     ", ".join(f"{k}: {x:.1f}" for k, x in out["posterior"]["regimes"].items()))
     if not out.get("finished") and out.get("predicted_remaining_s") is not None:
-        c.print(f"  predicted remaining run time: {out['predicted_remaining_s']:.0f} s "
-                f"({fmt_eta(out['predicted_remaining_s'], out.get('eta_confidence'))}"
-                + (f"; from {out['eta_detail']})" if out.get("eta_detail") else ")"))
-        c.print(f"  rho-hat {out['rho_hat'] if out.get('rho_hat') is not None else '-'}; expected start "
-                f"{fmt_clock(out.get('expected_start'))}; queue position {out.get('position') or '-'}")
+        lines.append(f"  predicted remaining run time: {out['predicted_remaining_s']:.0f} s "
+                     f"({fmt_eta(out['predicted_remaining_s'], out.get('eta_confidence'))}"
+                     + (f"; from {out['eta_detail']})" if out.get("eta_detail") else ")"))
+        lines.append(f"  rho-hat {out['rho_hat'] if out.get('rho_hat') is not None else '-'}; expected start "
+                     f"{fmt_clock(out.get('expected_start'))}; queue position {out.get('position') or '-'}")
         plan = out["plan"]
-        c.print(f"  plan: {plan.get('rounds_planned', '-')} of the window's rounds, next in round "
-                f"+{plan.get('next_offset', '-')}, path {plan.get('path', '-')}")
+        lines.append(f"  plan: {plan.get('rounds_planned', '-')} of the window's rounds, next in round "
+                     f"+{plan.get('next_offset', '-')}, path {plan.get('path', '-')}")
         if plan.get("rule"):
-            c.print(f"  placed this round by: {plan['rule']} ({plan.get('rule_text') or ''})")
+            lines.append(f"  placed this round by: {plan['rule']} ({plan.get('rule_text') or ''})")
+        if out.get("preempt_cost_s") is not None:
+            lines.append(f"  preemption cost: {out['preempt_cost_s']:.0f} s (checkpoint + requeue + restart, "
+                         "measured from its events)")
         if plan.get("critical_path"):
-            c.print("  priority: on the critical path (its remaining time sets the makespan if it waits)")
+            lines.append("  priority: on the critical path (its remaining time sets the makespan if it waits)")
         elif plan.get("fair_finish_in_s") is not None:
-            c.print(f"  priority: fair-finish deadline in {plan['fair_finish_in_s']:.0f} s (earliest deadline first)")
+            lines.append(f"  priority: fair-finish deadline in {plan['fair_finish_in_s']:.0f} s (earliest deadline "
+                         "first)")
     for a in out["recent_actions"]:
-        c.print(f"  round {a['round']}: {a['verb']} {a['value'] if a['value'] != 'null' else ''} -> {a['status']}")
+        lines.append(f"  round {a['round']}: {a['verb']} {a['value'] if a['value'] != 'null' else ''} -> "
+                     f"{a['status']}")
+    for line in lines:
+        c.print(esc(line))
 
 
 @click.command()
 @click.argument("job_id")
-@click.option("--store", "store_root", default=None, help="Event store root (default: the config's).")
+@click.option("--store", "store_root", default=None, help="Event store root (default: the config's, found as "
+              "`status` finds it).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--json", "as_json", is_flag=True)
 def events(job_id, store_root, config_path, as_json):
@@ -186,9 +203,7 @@ def events(job_id, store_root, config_path, as_json):
     from ..events.schema import is_valid_job_id
     if not is_valid_job_id(job_id):
         raise OneLineError(f"not a job id: {job_id!r}")
-    root = store_root or (_state_dir(config_path, None).event_store if config_path else None)
-    if not root:
-        raise OneLineError("give --store DIR or --config FILE")
+    root = store_root or _state_dir(config_path, None).event_store
     res = EventReader(root).read_job(job_id)
     evs = [e.to_dict() for e in res.events]
     rejected = [{"file": f, "line": n, "reason": r} for f, n, r in res.rejected]
@@ -209,9 +224,10 @@ def events(job_id, store_root, config_path, as_json):
         t.add_column(col)
     for e in evs:
         detail = {k: v for k, v in e.items() if k not in ("v", "job", "ts", "kind", "restart", "epoch", "batch_size")}
-        t.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["kind"], str(e.get("restart", "")),
-                  str(e.get("epoch", "")), str(e.get("batch_size", "")), ", ".join(f"{k}={v}" for k, v in detail.items()))
+        t.add_row(time.strftime("%H:%M:%S", time.localtime(e["ts"])), esc(e["kind"]), str(e.get("restart", "")),
+                  str(e.get("epoch", "")), str(e.get("batch_size", "")),
+                  esc(", ".join(f"{k}={v}" for k, v in detail.items())))
     c = console()
     c.print(t)
     for r in rejected:
-        c.print(f"[red]rejected[/] {r['file']}:{r['line']}: {r['reason']}")
+        c.print(f"[red]rejected[/] {esc(r['file'])}:{r['line']}: {esc(r['reason'])}")

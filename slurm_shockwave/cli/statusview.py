@@ -62,6 +62,7 @@ def _row_from_record(rec, v) -> dict:
                          if remaining is not None and plan.expected_start is not None else None),
         "submit_time": ctx.get("submit_time"), "restarts": ctx.get("restarts"),
         "reason": plan.reason or "not in this round's decision",
+        "preempt_cost_s": ctx.get("preempt_cost_s"),
         "warnings": list(ctx.get("warnings") or ()), "finished": False, "position": None}
 
 
@@ -135,10 +136,43 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                "dry_run": cluster.get("dry_run", cfg.get("dry_run")),
                "round_seconds": round_length, "jobs": len(live), "fallback": rec.fallback if rec else None,
                "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0), "warnings": warnings,
-               "quarantined": len([r for r in out if r["state"] == "QUARANTINED"])}
+               "quarantined": len([r for r in out if r["state"] == "QUARANTINED"]),
+               "preemptions": (store.get("preemptions") or {}).get("counts") or {},
+               "fairshare": cluster.get("fairshare")}
     if not include_finished:
         out = [r for r in out if not r.get("finished") or r["job_id"] in decided]
     return summary, out
+
+
+def _f(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_gpu_time(seconds) -> str:
+    s = float(seconds or 0)
+    return f"{s / 3600:.1f} GPU-h" if s >= 3600 else f"{s / 60:.0f} GPU-min" if s >= 60 else f"{s:.0f} GPU-s"
+
+
+def fairshare_lines(fs: dict | None) -> list[str]:
+    """The market's budgets per account and per user (slurm/fairshare_round.py): shares, decayed usage, budget and
+    the GPU-time of the window, as status prints them."""
+    if not fs or not fs.get("users"):
+        return []
+    window = fmt_duration(fs.get("window_s")).lstrip("~")
+    if fs.get("source") == "slurm":
+        head = "budgets from Slurm's shares and decayed usage (sshare)"
+    else:
+        head = "budgets from the config's [weights]"
+    lines = [f"fair share: {head}{'; ' + fs['note'] if fs.get('note') else ''}; GPU-time of the last {window}"]
+    lines.append(f"  {'account':<14} {'user':<14} {'shares':>6} {'share':>6} {'usage':>6} {'budget':>6} {'jobs':>5}"
+                 f"  GPU-time")
+    rows = [(a, None) for a in fs.get("accounts") or ()] + [(u, u) for u in fs["users"]]
+    for r, user in rows:
+        shares = "-" if r.get("raw_shares") is None else str(r["raw_shares"])
+        lines.append(f"  {r['account'] or '-':<14} {user['user'] if user else '':<14} {shares:>6} "
+                     f"{_f(r.get('share')):>6} {_f(r.get('usage')):>6} {_f(r.get('budget')):>6} "
+                     f"{str(user['jobs']) if user else '':>5}  {fmt_gpu_time(r.get('gpu_s'))}")
+    return lines
 
 
 def explain_job(store, job_id: str) -> dict | None:

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from .. import policy_settings
+from .. import policy_settings, site
 from ..loader import InputFileError, load
 from ..validation import describe, line, show
 
@@ -52,12 +52,14 @@ class PolicySection(_Strict):
 
     model_config = ConfigDict(extra="allow")        # [policy.<name>]: the named policy's settings (checked below)
 
-    name: str = Field("shockwave", min_length=1,
-                      description="shockwave, or a baseline: max_min_fairness, finish_time_fairness, allox, ...")
-    config: str | None = Field(None, min_length=1, examples=["tacc_32gpus.json"],
+    name: str = Field(default_factory=lambda: policy_settings.default_name(), min_length=1,
+                      description="the policy's name (`shockwave simulate --help` lists them); default: the "
+                                  "project's default policy")
+    config: str | None = Field(None, min_length=1, examples=["/etc/shockwave/policy.toml"],
                                description="a file of the policy's settings, instead of a [policy.<name>] table: "
-                                           "a path, or a bundled file (tacc_32gpus.json: the reference's settings "
-                                           "for its 32-GPU experiment); default: the policy's built-in settings")
+                                           "a path, or a bundled file (for shockwave-paper, tacc_32gpus.json: the "
+                                           "reference's settings for its 32-GPU experiment); default: the "
+                                           "policy's built-in settings")
     _settings: BaseModel | None = PrivateAttr(None)
 
     @property
@@ -129,11 +131,17 @@ Weight = Annotated[float, Field(gt=0, le=1e6)]
 
 
 class WeightsSection(_Strict):
-    """Market budgets: a job's weight is its user's times its account's (default 1)."""
+    """Market budgets: each user's share of Slurm's association tree lowered by its decayed usage (sshare, see
+    docs/planning.md), times its user's and its account's weight here (default 1); a user's jobs share it."""
 
     users: dict[str, Weight] = Field(default_factory=dict, examples=[{"alice": 2.0}], description="per user")
     accounts: dict[str, Weight] = Field(default_factory=dict, examples=[{"physics": 1.5}],
                                         description="per Slurm account")
+    from_slurm: bool = Field(True, description="budgets from Slurm's shares and usage (one `sshare` per round); "
+                                               "false, without accounting or when sshare fails: the weights alone")
+    window_seconds: float = Field(3600.0, gt=0, le=30 * 86400,
+                                  description="`shockwave status` shows each user's and account's GPU-time over "
+                                              "this window")
 
 
 class SlurmSection(_Strict):
@@ -163,9 +171,9 @@ class ControllerConfig(_Strict):
         "comment", description="comment: the jobs whose --comment starts with `marker`; partition: all its jobs")
     marker: str = Field("shockwave", min_length=1, max_length=100,
                         description="the first word of a managed job's --comment")
-    state_dir: str = Field("/var/lib/shockwave", max_length=4096, json_schema_extra=RESTART,
+    state_dir: str = Field(site.DEFAULT_STATE_DIR, max_length=4096, json_schema_extra=RESTART,
                            description="SQLite state (WAL) and the lock file; must be writable")
-    event_store: str = Field("/var/lib/shockwave/events", max_length=4096, json_schema_extra=RESTART,
+    event_store: str = Field(site.DEFAULT_EVENT_STORE, max_length=4096, json_schema_extra=RESTART,
                              description="the training wrappers' event files, on a filesystem shared by all nodes "
                                          "(layout and modes: docs/event-schema.md)")
     grace_seconds: float = Field(60.0, ge=0, le=86400,
@@ -173,6 +181,11 @@ class ControllerConfig(_Strict):
     min_run_seconds: float | None = Field(None, ge=0, le=7 * 86400, examples=[240.0],
                                           description="a (re)started job is not preempted before this "
                                                       "(default: one round)")
+    preemption_cost_s: float = Field(30.0, ge=0, le=86400,
+                                     description="authoritative: a running job is preempted only when the plan "
+                                                 "keeps it off longer than its preemption cost (checkpoint + "
+                                                 "requeue + restart, measured from its own events), never in its "
+                                                 "last round of work; this cost until its first is measured")
     preempt_signal: str = Field("USR1", description="the checkpoint signal (the job templates catch USR1; USR2, "
                                                     "TERM, INT, ...; never KILL)")
     site_factor: int = Field(1_000_000, ge=1, le=2147483645,

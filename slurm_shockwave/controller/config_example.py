@@ -36,7 +36,7 @@ def example_toml() -> str:
         model = fields[name].annotation
         out += _table(name, model, model.model_fields)
         if model is PolicySection:
-            out += _policy_settings(PolicySection.model_fields["name"].default)
+            out += _policy_settings(PolicySection.model_fields["name"].get_default(call_default_factory=True))
     return "\n".join(out) + "\n"
 
 

@@ -10,7 +10,6 @@ back-off until writes succeed again, and the controller resumes by itself.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -20,11 +19,13 @@ import time
 from pathlib import Path
 
 from solver.policies import make_policy
+from solver.types import RULES
 
 from ..backends.base import BackendUnavailable, backend_class
 from ..errors import StartupError
 from ..journal import StateStore, check_state_db, lock, state_db_error, storage_problem
 from ..journal.lock import AlreadyRunning
+from ..strict_json import dumps
 from .config import RESTART_ONLY, ConfigError, load_config
 from .faults import state_dir_error
 from .loop import RoundLoop
@@ -34,13 +35,18 @@ log = logging.getLogger("slurm_shockwave.controller")
 PARTITION_WARN_EVERY = 10
 
 
+def _gate_cost(cfg) -> float | None:
+    """The preemption gate's default cost, on where the controller preempts (authoritative mode)."""
+    return float(cfg.preemption_cost_s) if cfg.mode == "authoritative" else None
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record):
         d = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
              "msg": record.getMessage()}
         if record.exc_info:
             d["exc"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(d)
+        return dumps(d)
 
 
 class Controller:
@@ -87,7 +93,7 @@ class Controller:
         self.backend = backend_class(cfg.backend).from_config(cfg, self.state, reader, metrics, clock,
                                                               **backend_options)
         self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal, on_round=self._after, explain=True,
-                              mode=cfg.mode)
+                              mode=cfg.mode, preemption_cost_s=_gate_cost(cfg))
         self._reload_requested = False
         self._storage_down_since: float | None = None
         self._rounds_done = 0
@@ -99,7 +105,9 @@ class Controller:
             metrics.enacting.set(0 if cfg.dry_run else 1)
 
     # ------------------------------------------------------------------ lifecycle
-    def install_signal_handlers(self) -> None:
+    def install_signal_handlers(self, early=None) -> None:
+        """SIGTERM/SIGINT: finish the round and exit; SIGHUP: reload.  `early` (cli/controller.py `EarlyStop`): a
+        signal that came while starting stops the controller before its first round."""
         def stop(signum, _frame):
             log.info("signal %s: finishing the round, then exiting", signal.Signals(signum).name)
             self.backend.stop()
@@ -110,6 +118,8 @@ class Controller:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, hup)
+        if early is not None and early.signum is not None:
+            stop(early.signum, None)
 
     def close(self) -> None:
         try:
@@ -210,6 +220,7 @@ class Controller:
         changed = self.cfg.update_from(new, keep=RESTART_ONLY)
         self.backend.reconfigure(self.cfg)
         self.loop.mode = self.cfg.mode
+        self.loop.preemption_cost_s = _gate_cost(self.cfg)
         if (self.cfg.policy.name, self.cfg.policy.settings) != old_policy:
             self.policy = make_policy(self.cfg.policy.name, self.cfg.policy.settings)
             self.loop.policy = self.policy
@@ -257,6 +268,15 @@ class Controller:
         for plan in decision.plans.values():
             if plan.rho_hat is not None and math.isfinite(plan.rho_hat):
                 m.rho_hat.observe(float(plan.rho_hat))
+        placed = {}
+        for jid in decision.run:
+            rule = decision.plans[jid].rule if jid in decision.plans else ""
+            placed[rule or "policy"] = placed.get(rule or "policy", 0) + gpus.get(jid, 0)
+        total = sum(placed.values())
+        for rule in RULES:
+            m.rule_share.labels(rule).set(placed.get(rule, 0) / total if total else 0.0)
+        for rule, n in placed.items():
+            m.gpu_rounds.labels(rule).inc(n)
         if self.reader is not None:
             m.set_event_counts(self.reader.accepted, dict(self.reader.rejected))
 

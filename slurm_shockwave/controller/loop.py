@@ -7,6 +7,11 @@ whose decision fails the check, does not stop the loop: the round uses THE fallb
 least attained service per weight first, whole gangs, never over capacity; the same rule the Shockwave policy
 uses when it has neither a solution nor a cached plan) and the error is logged.
 
+With `preemption_cost_s` set (the controller; a simulation that charges the same restart cost), the decision
+goes through the preemption gate (solver/preemption.py) before it is annotated: a running job whose preemption
+would not pay keeps its GPUs (rule "kept").  Preemptions are counted either way (`preemptions`: preempted,
+kept, wasted), so a simulation without the gate reports what it wastes.
+
 Each round makes one `RoundRecord` (journal/record.py).  With `explain=True` (the controller) the decision's
 plan records are completed with one human reason per job (reasons.py) before the record is made; the
 `on_decision` hook sees the record before enactment (the controller journals it there), `on_round` after.
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 
+from solver import preemption
 from solver.market.plan import max_min_round
 from solver.types import ClusterView, JobPlan, RoundDecision
 
@@ -36,7 +42,7 @@ def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDec
 
 class RoundLoop:
     def __init__(self, backend, policy, on_round=None, keep_records: bool = False, on_decision=None,
-                 explain: bool = False, mode: str | None = None):
+                 explain: bool = False, mode: str | None = None, preemption_cost_s: float | None = None):
         self.backend = backend
         self.policy = policy
         self.on_round = on_round
@@ -44,6 +50,9 @@ class RoundLoop:
         self.keep_records = keep_records
         self.explain = explain
         self.mode = mode                   # advisory | authoritative: how a running job's reason reads
+        self.preemption_cost_s = preemption_cost_s   # None: no gate (the reference's semantics)
+        self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
+        self.last_preemptions: dict = {}   # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.records: list[RoundRecord] = []
         self.rounds = 0
         self.fallbacks = 0
@@ -71,6 +80,7 @@ class RoundLoop:
         view = self.backend.observe()
         started = time.perf_counter()
         decision, fallback = self.decide(view)
+        decision = self._gate(view, decision)
         elapsed = time.perf_counter() - started
         self.decide_seconds += elapsed
         if self.explain:
@@ -92,15 +102,35 @@ class RoundLoop:
         self.backend.advance()
         return record
 
+    def _gate(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
+        """The preemption gate (when on), and this round's preemptions counted."""
+        stopping = self.backend.stopping()
+        if self.preemption_cost_s is not None:
+            costs = self.backend.preemption_costs()
+            gated, _verdicts = preemption.gate(view, decision, costs, self.preemption_cost_s, stopping)
+            decision = check_decision(view, gated)
+        run = set(decision.run)
+        lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
+        wasted = {}
+        for j in lost:
+            why = preemption.wasted(preemption.remaining_s(j, decision.plans.get(j.job_id)), view.round_length)
+            if why:
+                wasted[j.job_id] = why
+        kept = [j for j, p in decision.plans.items() if p.rule == "kept" and j in run]
+        self.last_preemptions = {"preempted": [j.job_id for j in lost], "kept": kept, "wasted": wasted}
+        for key, items in self.last_preemptions.items():
+            self.preemptions[key] += len(items)
+        return decision
+
     def _count_rules(self, view: ClusterView, decision: RoundDecision) -> None:
-        gpus = {j.job_id: j.num_gpus for j in view.jobs}
-        contested = sum(gpus.values()) > view.num_gpus
+        contested = sum(j.num_gpus for j in view.jobs) > view.num_gpus
         for jid in decision.run:
             plan = decision.plans.get(jid)
             rule = (plan.rule if plan is not None else "") or "policy"
+            placed = sum(decision.placement[jid].values())          # an elastic job may run on fewer GPUs
             for scope in ("all", "contested") if contested else ("all",):
                 counts = self.gpu_rounds[scope]
-                counts[rule] = counts.get(rule, 0) + gpus[jid]
+                counts[rule] = counts.get(rule, 0) + placed
 
     def decided_by(self) -> dict:
         """{scope: {rule: share of the GPU-rounds it placed}} for scope "all" and "contested"."""

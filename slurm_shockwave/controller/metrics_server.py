@@ -62,6 +62,16 @@ class ControllerMetrics:
                                  buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.05, 1.1, 1.25, 1.5, 2, 3, 5), registry=r)
         self.enact_actions = Counter("shockwave_enact_actions", "Enactment actions issued", ["verb"], registry=r)
         self.enact_errors = Counter("shockwave_enact_errors", "Enactment actions that failed", ["verb"], registry=r)
+        self.preemptions = Counter("shockwave_preemptions", "Preemptions by outcome: preempted (checkpoint signal "
+                                   "sent), kept (the gate kept a job running: preempting it would not pay), wasted "
+                                   "(and why: wasted_last_round, wasted_restarted_early); target: wasted 0",
+                                   ["outcome"], registry=r)
+        # what decides, measured (solver/types.py RULES): GPUs of this round placed by each rule, and the total
+        self.rule_share = Gauge("shockwave_round_rule_share", "Share of this round's planned GPUs placed by each "
+                                "rule (market, critical_path, deadline, finishing, backfill, guard, fallback, ...)",
+                                ["rule"], registry=r)
+        self.gpu_rounds = Counter("shockwave_gpu_rounds", "GPU-rounds placed, by the rule that placed them",
+                                  ["rule"], registry=r)
         self.event_lines = _EventLines()
         r.register(self.event_lines)
         self.slurm_latency = Histogram("shockwave_slurm_read_seconds", "Latency of reading the Slurm queue",

@@ -17,12 +17,12 @@ from ..events import store
 from ..journal import check_state_db
 
 
-def check_world(cfg) -> list[str]:
-    """Every problem found, one line each (empty: ready to run)."""
+def check_world(cfg, facts: dict | None = None) -> list[str]:
+    """Every problem found, one line each (empty: ready to run); `facts`: what the backend found worth showing."""
     problems: list[str] = []
     problems += check_state_dir(cfg)
     problems += check_event_store(cfg.event_store)
-    problems += backend_class(cfg.backend).check(cfg)
+    problems += backend_class(cfg.backend).check(cfg, facts)
     return problems
 
 

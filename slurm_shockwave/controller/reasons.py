@@ -22,15 +22,20 @@ def _at(t: float, now: float) -> str:
 
 
 def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode: str | None, round_length: float,
-               now: float, window: int | None = None) -> tuple[str, float | None]:
-    """(reason, expected start) of one job."""
+               now: float, window: int | None = None, gate: str = "", kept: bool = False) -> tuple[str, float | None]:
+    """(reason, expected start) of one job; `gate`: the preemption gate's line on a running job
+    (solver/preemption.py), `kept`: the gate kept it running."""
     if planned_now:
+        if running and kept:
+            return f"kept running: {gate}; preempting it would not pay", now
         return ("running (planned this round)" if running else "released this round: starting now"), now
     if running:
         if mode == "advisory":
             return "running; not planned this round (advisory mode: left running)", None
-        return "not planned this round: checkpoint signal, then requeued and held", (
-            now + offset * round_length if offset else None)
+        start = now + offset * round_length if offset else None
+        when = f"released at {_at(start, now)} (round +{offset})" if start else "released when a round plans it"
+        why = f": {gate}" if gate else ""
+        return f"being stopped{why}; checkpoint signal, then requeued and held; {when}", start
     if offset is not None and offset > 0:
         start = now + offset * round_length
         return f"deferred, planned at {_at(start, now)} (round +{offset})", start
@@ -49,7 +54,7 @@ def annotate(view, decision, mode: str | None = None):
         planned_now = j.job_id in run
         offset = 0 if planned_now else plan.next_offset
         text, start = reason_for(j.ran_last_round, planned_now, offset, decision.path, mode, view.round_length,
-                                 view.now, decision.window_rounds)
+                                 view.now, decision.window_rounds, plan.reason, plan.rule == "kept")
         rule = plan.rule or ("policy" if planned_now else "")      # a baseline: its own rule placed the job
         plans[j.job_id] = replace(plan, rule=rule, reason=text, expected_start=start, next_offset=offset)
     return replace(decision, plans=plans)

@@ -25,7 +25,13 @@ def summary_rows(res: dict) -> tuple[list[str], list[list[str]]]:
             ["unfair (rho > 1.05)"] + [(_f(get(k, kind).get("unfair_fraction"), 0) + "%")
                                        if get(k, kind).get("unfair_fraction") is not None else "-"
                                        for k, kind, _ in cols],
-            ["restarts (preemptions)"] + [_f(get(k, kind).get("restarts")) for k, kind, _ in cols]]
+            ["restarts (preemptions)"] + [_f(get(k, kind).get("restarts")) for k, kind, _ in cols],
+            # the preemption gate: kept running (preempting would not pay) / wasted (target 0), and the cost
+            # a preemption was charged (measured in the real run, the same in its simulation)
+            ["preemptions kept / wasted"] + [
+                f"{_f(get(k, kind).get('preemptions_kept'))} / {_f(get(k, kind).get('preemptions_wasted'))}"
+                if get(k, kind).get("preemptions_wasted") is not None else "-" for k, kind, _ in cols],
+            ["preemption cost s"] + [_f(get(k, kind).get("preempt_cost_s"), 1) for k, kind, _ in cols]]
     for u in users:
         rows.append([f"{u}: mean JCT s"] + [
             _f(((get(k, kind).get("user_share") or {}).get("user_jct") or get(k, kind).get("user_jct") or {}).get(u))
@@ -55,11 +61,13 @@ def job_rows(res: dict) -> tuple[list[str], list[list[str]]]:
 
 def _table(title: str, head, rows):
     from rich.table import Table
+
+    from ..cli.common import esc
     t = Table(title=title)
     for h in head:
-        t.add_column(h)
+        t.add_column(esc(h))
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(esc(x) for x in r))             # job and user names are text, never markup
     return t
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -14,14 +13,14 @@ from pathlib import Path
 from ..events.reader import EventReader
 from ..events.summary import summarize
 from ..localcluster import LocalCluster, SlurmUnavailable
+from ..localcluster.daemons import stop_child
 from ..slurm import FINISHED_STATES
+from . import preemption
 from . import summary as S
 from .workload import default_workload
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = REPO / "job_templates"
-# the demo's Shockwave settings (short rounds: a shorter window, re-solved more often)
-POLICY = {"future_rounds": 10, "reopt_rounds": 4, "k": 0.001, "lambda": 12.0}
 
 
 def ensure_user(name: str) -> pwd.struct_passwd:
@@ -141,8 +140,6 @@ class Demo:
             f'min_run_seconds = {2 * self.round_seconds}\n'
             f'partition = "{self.cluster.partition}"\nstate_dir = "{base}/state"\n'
             f'event_store = "{self.store}"\n'
-            '[policy]\nname = "shockwave"\n[policy.shockwave]\n'
-            + "".join(f"{k} = {v}\n" for k, v in POLICY.items())
             + (f'[slurm]\nbin_dir = "{self.cluster.bin_dir}"\n' if self.cluster.bin_dir else "")
             + f'[slurm.env]\nSLURM_CONF = "{self.cluster.env["SLURM_CONF"]}"\n')
 
@@ -238,7 +235,21 @@ class Demo:
         rows = S.job_rows(self.submitted, slurm_jobs, progress, self.num_gpus, self.submitted_at)
         real = S.aggregate(rows)
         real["user_share"] = S.user_shares(self.submitted, events, self.submitted_at, rows)
+        if self.label == "shockwave":
+            real.update(self._preemptions(progress))
         return {"jobs": rows, "real": real, "submitted": list(self.submitted)}
+
+    def _preemptions(self, progress: dict) -> dict:
+        """The real run's preemptions (kept, wasted) and its measured preemption cost (demo/preemption.py)."""
+        from ..controller.config import ControllerConfig
+        from ..journal import StateStore
+        db = self.root / self.label / "state" / "state.sqlite"
+        store = StateStore(db, readonly=True) if db.exists() else None
+        try:
+            return preemption.measured(store, progress, ControllerConfig.model_fields["preemption_cost_s"].default)
+        finally:
+            if store is not None:
+                store.close()
 
     def _summarise(self, runs: dict) -> dict:
         sw = runs["shockwave"]
@@ -249,8 +260,9 @@ class Demo:
                 r["real"] = {**S.aggregate(r["jobs"]), "user_share": share}
         # both simulations use the same inputs: the plain-Slurm run's measured epochs when there is one
         base = runs.get("slurm", sw)
-        sims = {"shockwave": S.simulate_same(base["submitted"], base["jobs"], self.num_gpus, self.round_seconds,
-                                             dict(POLICY))}
+        # the controller's gate, each restart charged the preemption cost the real run measured
+        sims = {"shockwave": preemption.simulate_gated(base["submitted"], base["jobs"], self.num_gpus,
+                                                       self.round_seconds, sw["real"]["preempt_cost_s"])}
         if "slurm" in runs:
             sims["slurm"] = S.simulate_fifo_backfill(base["submitted"], base["jobs"], self.num_gpus)
         out = {"where": "slurm", "jobs": sw["jobs"], "real": sw["real"], "simulated": sims["shockwave"],
@@ -267,22 +279,15 @@ class Demo:
         fake = [(dj, i) for i, dj in enumerate(self.workload)]
         rows = [{"bs_per_epoch": [], "epoch_duration_by_bs": {}, "submit": dj.delay_s} for dj in self.workload]
         guess = self.step_sleep + 0.02
-        sims = {"shockwave": S.simulate_same(fake, rows, self.num_gpus, self.round_seconds, dict(POLICY),
-                                             step_time_guess=guess)}
+        sims = {"shockwave": S.simulate_same(fake, rows, self.num_gpus, self.round_seconds, step_time_guess=guess)}
         if self.compare:
             sims["slurm"] = S.simulate_fifo_backfill(fake, rows, self.num_gpus, step_time_guess=guess)
         return {"where": "simulated", "jobs": [], "real": {}, "simulated": sims["shockwave"], "deviation": {},
                 "root": str(self.root), "runs": {k: {"real": {}, "jobs": [], "simulated": v} for k, v in sims.items()}}
 
     def _stop_controller(self):
-        if self.controller is not None and self.controller.poll() is None:
-            self.controller.send_signal(signal.SIGTERM)
-            try:
-                self.controller.wait(60)
-            except subprocess.TimeoutExpired:
-                self.controller.kill()
-                self.controller.wait(10)
         if self.controller is not None:
+            stop_child(self.controller)
             self.controller_log.close()
         self.controller = None
 

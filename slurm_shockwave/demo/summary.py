@@ -99,9 +99,9 @@ def specs_from(jobs, rows, step_time_guess: float | None = None):
 
 
 def simulate_same(jobs, rows, num_gpus, round_seconds, policy_config=None, step_time_guess=None,
-                  restart_penalty=5.0, policy="shockwave"):
+                  restart_penalty=5.0, policy=None):
     """The same jobs (arrivals, GPUs, measured epoch durations, observed batch sizes) simulated with a policy
-    (shockwave; fifo models plain Slurm's first come, first served) and the same round length; a restart costs
+    (None: the default, as the controller runs it) and the same round length; a restart costs
     `restart_penalty` s (a process start + checkpoint load)."""
     specs, table = specs_from(jobs, rows, step_time_guess)
     r = run_simulation(specs, table, num_gpus, policy, round_length=round_seconds, policy_config=policy_config,
@@ -111,7 +111,7 @@ def simulate_same(jobs, rows, num_gpus, round_seconds, policy_config=None, step_
     for rec in r.records:
         users.setdefault(jobs[rec.job_id][0].user, []).append(rec.jct)
     return {"makespan_s": m.makespan, "avg_jct_s": m.avg_jct, "worst_rho": m.worst_rho,
-            "unfair_fraction": m.unfair_fraction, "jobs": m.jobs, "policy": policy,
+            "unfair_fraction": m.unfair_fraction, "jobs": m.jobs, "policy": m.policy,
             "user_jct": {u: sum(v) / len(v) for u, v in sorted(users.items())},
             "per_job": {jobs[rec.job_id][0].name: rec.jct for rec in r.records}}
 

@@ -11,6 +11,10 @@ Memory is bounded per job whatever the job writes:
   ``epochs=`` hint, else ``MAX_EPOCHS``) or jumps more than ``MAX_EPOCH_JUMP`` past the last one is ignored and
   counted in ``ignored`` (a hostile ``"epoch": 9999999`` changes nothing).
 
+Each preemption's cost is measured from the job's own events (``preempt_cost_s``, the mean over its
+preemptions): the checkpoint (the checkpoint signal to the end of that run) plus the restart (the next run's
+start to its first epoch end, less that epoch's own duration: process start, checkpoint load, work redone).
+
 ``summarize(events)`` folds a list at once (any order) with the same rules.
 """
 from __future__ import annotations
@@ -25,6 +29,8 @@ MAX_RUNS = 2048
 MAX_BATCH_SIZES = 64
 MAX_EPOCHS = 1_000_000          # the hint validator's bound on epochs=
 MAX_EPOCH_JUMP = 10_000         # an epoch index may skip at most this many unreported epochs
+#: the wrapper's `signal` event of a checkpoint request (wrapper/cli.py) starts a preemption's cost
+CHECKPOINT_REQUEST = "checkpoint request"
 _LAST_FIELDS = ("total_epochs", "samples_per_epoch", "min_batch_size", "max_batch_size", "gpus")
 #: hint key of the job comment -> JobProgress field it describes (the job's own report overrides the hint)
 HINT_FIELDS = {"epochs": "total_epochs", "bs": "batch_size", "min_bs": "min_batch_size",
@@ -74,6 +80,9 @@ class JobProgress:
     history_truncated: bool = False
     # comment hint -> {"hint": value in --comment, "reported": value the job reported}; the report wins
     hint_conflicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    preempt_cost_s: float | None = None          # mean measured cost of its preemptions (module docstring)
+    preemptions_measured: int = 0
+    start_restart: int = -1                      # the latest run whose wrapper reported its start (handlers up)
 
     @cached_property
     def bs_per_epoch(self) -> tuple[int, ...]:
@@ -105,7 +114,7 @@ class ProgressState:
     """Incremental, bounded fold of one job's events (see the module docstring)."""
 
     __slots__ = ("job_id", "declared", "v", "runs", "dur", "epochs_done", "bs", "bs_ts", "ts", "exit",
-                 "ignored", "truncated")
+                 "ignored", "truncated", "pre")
 
     def __init__(self, job_id: str | None = None, declared: Mapping[str, Any] | None = None):
         self.job_id = job_id
@@ -121,6 +130,9 @@ class ProgressState:
         self.exit: dict[str, Any] = {}
         self.ignored = 0
         self.truncated = False
+        # per restart count (str): checkpoint-request signal, exit and start times, restarts already measured;
+        # "cost": [sum of measured costs, preemptions measured]
+        self.pre: dict[str, Any] = {"sig": {}, "exit": {}, "start": {}, "done": [], "cost": [0.0, 0]}
 
     # --------------------------------------------------------------- folding
     def set_declared(self, declared: Mapping[str, Any] | None) -> None:
@@ -143,6 +155,7 @@ class ProgressState:
         if e.kind == "epoch_end" and not self._epoch(e):
             self.ignored += 1
             return
+        self._preemption(e)
         for name in _LAST_FIELDS:
             val = getattr(e, name)
             if val is not None:
@@ -178,6 +191,29 @@ class ProgressState:
         elif e.kind == "requeue":
             ts["requeue"] = max(ts["requeue"], e.ts)
             ts["end"] = max(ts["end"], e.ts)
+
+    def _preemption(self, e: Event) -> None:
+        """Fold one event into the preemption cost measurement (see the module docstring); bounded: only the
+        last few restarts are kept."""
+        pre, r = self.pre, str(e.restart)
+        if e.kind == "signal" and e.origin == "job" and (e.reason or "").startswith(CHECKPOINT_REQUEST):
+            pre["sig"].setdefault(r, e.ts)
+        elif e.kind == "exit" and e.origin == "job":
+            pre["exit"][r] = e.ts
+        elif e.kind == "start" and e.origin == "job":
+            pre["start"][r] = e.ts
+            self.v["start_restart"] = max(self.v.get("start_restart", -1), e.restart)
+        elif e.kind == "epoch_end" and e.restart > 0 and r not in pre["done"]:
+            prev = str(e.restart - 1)
+            sig, end, start = pre["sig"].get(prev), pre["exit"].get(prev), pre["start"].get(r)
+            if sig is not None and end is not None and start is not None and end >= sig:
+                cost = (end - sig) + max(0.0, e.ts - start - float(e.duration_s or 0.0))
+                pre["cost"] = [pre["cost"][0] + cost, pre["cost"][1] + 1]
+            pre["done"] = (pre["done"] + [r])[-4:]
+        low = e.restart - 2
+        for key in ("sig", "exit", "start"):
+            for k in [k for k in pre[key] if int(k) < low]:
+                del pre[key][k]
 
     def _set_bs(self, e: Event) -> None:
         if e.ts >= self.bs_ts:
@@ -261,7 +297,8 @@ class ProgressState:
             started=ts["start"] >= 0, running=ts["start"] >= 0 and ts["start"] > ts["end"],
             requeued_after_exit=ts["exit"] >= 0 and ts["requeue"] >= ts["exit"],
             ignored=self.ignored, history_truncated=self.truncated,
-            hint_conflicts=self.conflicts(), **v)
+            hint_conflicts=self.conflicts(), preemptions_measured=int(self.pre["cost"][1]),
+            preempt_cost_s=self.pre["cost"][0] / self.pre["cost"][1] if self.pre["cost"][1] else None, **v)
 
     def conflicts(self) -> dict[str, dict[str, Any]]:
         """Hints of the comment that the job's own report contradicts (the report is what counts)."""
@@ -282,7 +319,7 @@ class ProgressState:
         """JSON-able, bounded (restored by :meth:`from_dict`)."""
         return {"v": self.v, "runs": self.runs, "dur": {str(b): a for b, a in self.dur.items()},
                 "done": self.epochs_done, "bs": self.bs, "bs_ts": self.bs_ts, "ts": self.ts,
-                "exit": self.exit, "ignored": self.ignored, "truncated": self.truncated}
+                "exit": self.exit, "ignored": self.ignored, "truncated": self.truncated, "pre": self.pre}
 
     @classmethod
     def from_dict(cls, job_id: str, data: Mapping[str, Any],
@@ -302,6 +339,11 @@ class ProgressState:
             st.exit = dict(data.get("exit") or {})
             st.ignored = int(data.get("ignored", 0))
             st.truncated = bool(data.get("truncated", False))
+            pre = data.get("pre")
+            if pre is not None:
+                st.pre = {k: {str(r): float(t) for r, t in dict(pre[k]).items()} for k in ("sig", "exit", "start")}
+                st.pre["done"] = [str(r) for r in pre["done"]][-4:]
+                st.pre["cost"] = [float(pre["cost"][0]), int(pre["cost"][1])]
         except (KeyError, TypeError, ValueError, IndexError):
             return cls(job_id, declared)
         if len(st.dur) > MAX_BATCH_SIZES or sum(n for _, n in st.runs) != st.epochs_done:

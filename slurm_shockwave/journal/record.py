@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
+
+from ..strict_json import finite
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ def view_to_json(v: JobView) -> dict:
     whatever a job reports)."""
     out = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
     out["epoch_duration_by_bs"] = {str(k): d for k, d in v.epoch_duration_by_bs.items()}
+    out["throughput_by_gpus"] = {str(k): t for k, t in v.throughput_by_gpus.items()}
     # itertools.groupby runs in C: 10x faster than a Python loop over 1000-epoch histories
     out["bs_history"] = [[b, sum(1 for _ in g)] for b, g in itertools.groupby(v.bs_history)]
     return finite(out)
@@ -100,19 +102,10 @@ def view_from_json(d: Mapping) -> JobView:
     full = {k: x for k, x in d.items() if k in _VIEW_FIELDS}
     full["epoch_duration_by_bs"] = {int(k): float(x) for k, x in (full.get("epoch_duration_by_bs") or {}).items()
                                     if x is not None}
+    full["throughput_by_gpus"] = {int(k): float(x) for k, x in (full.get("throughput_by_gpus") or {}).items()
+                                  if x is not None}
     full["bs_history"] = tuple(b for b, n in (full.get("bs_history") or ()) for _ in range(int(n)))
     for key in ("steps_done", "total_steps", "throughput", "run_time", "arrival_time"):
         if full.get(key) is None and key in full:
             full[key] = 0.0
     return JobView(**full)
-
-
-def finite(x):
-    """`x` with every non-finite float replaced by None (strict JSON has no nan or Infinity)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, Mapping):
-        return {k: finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [finite(v) for v in x]
-    return x

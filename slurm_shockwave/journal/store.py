@@ -12,6 +12,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..strict_json import dumps
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER PRIMARY KEY, started REAL, finished REAL, active INTEGER, run TEXT, decide_seconds REAL,
@@ -57,7 +59,7 @@ class StateStore:
 
     def put(self, key, value) -> None:
         self.db.execute("INSERT INTO kv(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                        (key, json.dumps(value, default=str)))
+                        (key, dumps(value)))
 
     # ------------------------------------------------------------------ rounds
     def next_round(self) -> int:
@@ -71,12 +73,12 @@ class StateStore:
     def record_round(self, record, busy: int) -> None:
         """The round's one record (journal/record.py), written once, before anything is enacted: the rounds
         row and the full record (what `status` and `explain` read), in one transaction."""
-        payload = json.dumps(record.to_json(), allow_nan=False)
+        payload = dumps(record.to_json())
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute("UPDATE rounds SET active=?, run=?, decide_seconds=?, mode=?, fallback=?, status='enacting',"
                             " capacity=?, busy=? WHERE round=?",
-                            (len(record.view.jobs), json.dumps([str(j) for j in record.run]), record.decide_seconds,
+                            (len(record.view.jobs), dumps([str(j) for j in record.run]), record.decide_seconds,
                              record.context.get("mode"), int(record.fallback), record.view.num_gpus, busy,
                              record.round_index))
             self.db.execute("INSERT OR REPLACE INTO round_views(round, ts, payload) VALUES(?, ?, ?)",
@@ -113,7 +115,7 @@ class StateStore:
                     " VALUES(:job_id, :user, :account, :gpus, :state, :submit_time, :now, :now, :restarts, :view)"
                     " ON CONFLICT(job_id) DO UPDATE SET state=excluded.state, last_seen=excluded.last_seen, finished=NULL,"
                     " gpus=excluded.gpus, restarts=excluded.restarts, view=excluded.view",
-                    {**r, "now": now, "view": json.dumps(r.get("view", {}), default=str)})
+                    {**r, "now": now, "view": dumps(r.get("view", {}))})
 
     def mark_finished(self, job_ids, now: float) -> None:
         with self.db:
@@ -138,7 +140,7 @@ class StateStore:
                                     (now, state, str(j)))
                 else:
                     self.db.execute("UPDATE jobs SET finished=?, state=?, view=? WHERE job_id=? AND finished IS NULL",
-                                    (now, state, json.dumps(view, default=str), str(j)))
+                                    (now, state, dumps(view), str(j)))
 
     # ------------------------------------------------------------------ epoch history (ETAs before epoch 1)
     def add_epoch_history(self, user: str, program: str, durations: dict, counts: dict) -> None:
@@ -174,12 +176,12 @@ class StateStore:
     def intend(self, round_index, job_id, verb, value, restart_count) -> int:
         cur = self.db.execute("INSERT INTO actions(round, job_id, verb, value, restart_count, status, ts)"
                               " VALUES(?, ?, ?, ?, ?, 'intent', ?)",
-                              (round_index, str(job_id), verb, json.dumps(value), restart_count, time.time()))
+                              (round_index, str(job_id), verb, dumps(value), restart_count, time.time()))
         return cur.lastrowid
 
     def intend_many(self, round_index, job_ids, verb, value, restart_counts: dict) -> list[int]:
         """`intend` for every job of one action, in one transaction (one commit instead of one per job)."""
-        ids, now, text = [], time.time(), json.dumps(value)
+        ids, now, text = [], time.time(), dumps(value)
         with self.db:
             self.db.execute("BEGIN")
             for j in job_ids:
@@ -237,7 +239,7 @@ class StateStore:
                     " view=excluded.view",
                     {"job_id": str(r["job_id"]), "user": r.get("user"), "account": r.get("account"),
                      "gpus": r.get("gpus"), "submit_time": r.get("submit_time"), "restarts": r.get("restarts"),
-                     "now": now, "view": json.dumps({"quarantined": r["reason"]})})
+                     "now": now, "view": dumps({"quarantined": r["reason"]})})
 
     # ------------------------------------------------------------------ event progress
     # per job: the event reader's offsets and the bounded summary (events/summary.py ProgressState), saved
@@ -264,11 +266,11 @@ class StateStore:
                 self.db.execute("INSERT INTO event_progress(job_id, offsets, summary, final, updated) VALUES(?, ?, ?, 0, ?)"
                                 " ON CONFLICT(job_id) DO UPDATE SET offsets=excluded.offsets, summary=excluded.summary,"
                                 " final=0, updated=excluded.updated",
-                                (str(j), json.dumps(r.get("offsets") or {}), json.dumps(r.get("summary") or {}), now))
+                                (str(j), dumps(r.get("offsets") or {}), dumps(r.get("summary") or {}), now))
             for j, summary in finals.items():
                 self.db.execute("INSERT INTO event_progress(job_id, offsets, summary, final, updated) VALUES(?, '{}', ?, 1, ?)"
                                 " ON CONFLICT(job_id) DO UPDATE SET offsets='{}', summary=excluded.summary, final=1,"
-                                " updated=excluded.updated", (str(j), json.dumps(summary), now))
+                                " updated=excluded.updated", (str(j), dumps(summary), now))
 
     def event_outcome(self, job_id) -> dict | None:
         """The saved event summary of a job (final or current); feed it to ProgressState.from_dict."""

@@ -5,7 +5,9 @@
 ...     c.run(["squeue", "--json"])
 
 Modules: :mod:`.install` (apt), :mod:`.config` (files, ports), :mod:`.daemons` (start/stop by
-pid), :mod:`.cluster` (the :class:`LocalCluster` API).
+pid), :mod:`.accounting` (MariaDB, slurmdbd, associations), :mod:`.readiness` (idle nodes, jobs
+cancelled), :mod:`.chroot` and :mod:`.root_packages` (other versions' Debian roots), :mod:`.cluster`
+(the :class:`LocalCluster` API).
 """
 from .cluster import ClusterStartError, LocalCluster
 from .install import SlurmUnavailable, ensure_installed, missing_packages

@@ -2,7 +2,8 @@
 
 Layout under ``root`` (see :class:`~.config.Paths`): ``etc/`` (slurm.conf, gres.conf,
 cgroup.conf), ``state/``, ``spool/<node>/``, ``log/``, ``run/`` (pid files), ``munge/`` (key,
-socket, munged pid/log), ``dev/nvidia*`` (fake GPUs), ``fakecg/`` and ``cluster.json``, the
+socket, munged pid/log), ``dev/nvidia*`` (fake GPUs), ``fakecg/``, ``db/`` (MariaDB's data, with
+accounting) and ``cluster.json``, the
 state file (settings, ports, pid + start time of each daemon) that lets ``status()`` and
 ``down()`` work from a fresh process given the same root.
 
@@ -22,11 +23,12 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..slurm import SlurmCLI, SlurmError
+from . import accounting as acct
 from . import daemons as d
-from . import statefile
+from . import readiness, statefile
 from .chroot import DEFAULT_ROOTS_DIR, ChrootRoot, RootError, host_version, major_minor
 from .config import ClusterSettings, Paths, pick_free_ports, untraversable_ancestors, write_config
 from .install import SlurmUnavailable, ensure_installed, missing_packages
@@ -55,6 +57,11 @@ class LocalCluster:
     ``rw_binds`` are host paths mounted read-only / read-write at the same path in the root (job
     scripts, outputs), and ``host_python`` (a venv's python) becomes ``bin_dir/host-python``,
     runnable by jobs inside the root (its interpreter, stdlib and venv are bound read-only).
+
+    ``accounting=True`` (implied by ``accounts`` or ``users``) adds real accounting (:mod:`.accounting`): MariaDB
+    and slurmdbd in this directory, started first and stopped by pid with the rest, usage billed in GPUs;
+    ``accounts`` ({account: RawShares}) under root and ``users`` ({user: account}) are created with sacctmgr, the
+    users as Linux users too (in the Debian root as well): run their commands with :meth:`as_user`.
     """
 
     def __init__(self, root: str | os.PathLike, nodes: int = 2, gpus_per_node: int = 4,
@@ -63,7 +70,9 @@ class LocalCluster:
                  bf_interval: int = 2, kill_wait: int = 5, extra_conf: Sequence[str] = (),
                  keep_state: bool = False, slurm: str | None = None,
                  roots_dir: str | os.PathLike = DEFAULT_ROOTS_DIR, binds: Sequence[str | os.PathLike] = (),
-                 rw_binds: Sequence[str | os.PathLike] = (), host_python: str | None = None):
+                 rw_binds: Sequence[str | os.PathLike] = (), host_python: str | None = None,
+                 accounting: bool = False, accounts: Mapping[str, int] | None = None,
+                 users: Mapping[str, str] | None = None):
         if nodes < 1 or gpus_per_node < 0 or cpus_per_node < 1:
             raise ValueError("need nodes >= 1, gpus_per_node >= 0, cpus_per_node >= 1")
         self.root = Path(root).absolute()
@@ -74,7 +83,12 @@ class LocalCluster:
                             partition=partition, cluster_name=cluster_name, memory_mb=memory_mb,
                             cred_expire=cred_expire, sched_interval=sched_interval,
                             bf_interval=bf_interval, kill_wait=kill_wait,
-                            extra_conf=tuple(extra_conf))
+                            extra_conf=tuple(extra_conf), accounting=bool(accounting or accounts or users),
+                            accounts=tuple((a, int(n)) for a, n in (accounts or {}).items()),
+                            users=tuple((u, a) for u, a in (users or {}).items()))
+        unknown = {a for _u, a in self._params["users"]} - {a for a, _n in self._params["accounts"]}
+        if unknown:
+            raise ValueError(f"users in accounts that are not created: {sorted(unknown)}")
         self.keep_state = keep_state
         self._requested = major_minor(slurm) if slurm else None
         self.host_python = host_python
@@ -151,6 +165,8 @@ class LocalCluster:
         if self.chroot is not None:
             if os.geteuid() != 0:
                 raise SlurmUnavailable("a chroot Slurm cluster needs root")
+            if self._params["accounting"]:
+                ensure_installed(accounting=True)          # MariaDB runs on the host for every version
             try:
                 spent = self.chroot.ensure_built()
             except (RootError, OSError, subprocess.SubprocessError) as exc:
@@ -158,7 +174,11 @@ class LocalCluster:
             if spent:
                 log.info("built %s in %.0f s", self.chroot.path, spent)
             return []
-        return ensure_installed()
+        return ensure_installed(accounting=self._params["accounting"])
+
+    def as_user(self, user: str, argv: Sequence[str], cwd: str | None = None) -> list[str]:
+        """``argv`` (a Slurm command such as ``sbatch``) run as ``user`` on this cluster (host or Debian root)."""
+        return acct.as_user(argv, user, self.chroot.path if self.chroot is not None else None, cwd)
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
         """``subprocess.run(argv)`` with this cluster's env; text output captured, no check."""
@@ -183,7 +203,7 @@ class LocalCluster:
                 log.info("local Slurm cluster at %s is already running (pids %s)", self.root,
                          {k: v["pid"] for k, v in state["daemons"].items()})
                 differ = {k for k, v in self._params.items()
-                          if k != "extra_conf" and state["settings"].get(k) != v}
+                          if k not in ("extra_conf", "accounts", "users") and state["settings"].get(k) != v}
                 if differ:
                     log.warning("running cluster has other settings (%s); down() first to apply",
                                 ", ".join(sorted(differ)))
@@ -213,7 +233,7 @@ class LocalCluster:
             state = statefile.read(self.paths)
             known = statefile.known_procs(self.paths, self.root, state)
             if self._ctld_alive(state):
-                self._cancel_all_jobs(min(timeout, 5))
+                readiness.cancel_all_jobs(self._cli(10), min(timeout, 5))
             remaining = d.terminate(known, grace=min(timeout, 5), kill_wait=5)
             leftovers = d.leftover_pids(self.root, remaining, self._alt_roots())
             remaining = d.terminate(leftovers, grace=min(timeout, 2), kill_wait=5)
@@ -275,11 +295,13 @@ class LocalCluster:
         if os.geteuid() != 0:
             raise SlurmUnavailable("LocalCluster must run as root (slurmd runs jobs as other users)")
         if self.chroot is not None:
-            if not self.chroot.built():
-                raise SlurmUnavailable(f"no Slurm {self.chroot.version} root at {self.chroot.path}; "
+            if not self.chroot.built() or (self._params["accounting"] and not self.chroot.has_slurmdbd()):
+                raise SlurmUnavailable(f"no Slurm {self.chroot.version} root (with slurmdbd) at {self.chroot.path}; "
                                        "call ensure_installed() first")
+            if self._params["accounting"] and missing_packages(accounting=True):
+                raise SlurmUnavailable("MariaDB is not installed; call ensure_installed() first")
             return
-        missing = missing_packages()
+        missing = missing_packages(accounting=self._params["accounting"])
         if missing:
             raise SlurmUnavailable(f"Slurm not installed (missing {', '.join(missing)}); "
                                    "call ensure_installed() first")
@@ -296,9 +318,11 @@ class LocalCluster:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _new_settings(self) -> ClusterSettings:
-        ports = pick_free_ports(1 + self._params["nodes"])
+        nodes, extra = self._params["nodes"], (2 if self._params["accounting"] else 0)
+        ports = pick_free_ports(1 + nodes + extra)
         chroot = self.chroot
-        return ClusterSettings(ctld_port=ports[0], node_ports=tuple(ports[1:]), **self._params,
+        dbd = dict(dbd_port=ports[-2], db_port=ports[-1]) if extra else {}
+        return ClusterSettings(ctld_port=ports[0], node_ports=tuple(ports[1:1 + nodes]), **dbd, **self._params,
                                slurm_version=self.slurm_version,
                                chroot=str(chroot.path) if chroot else None)
 
@@ -310,7 +334,7 @@ class LocalCluster:
                 "refuses such a socket path and jobs of non-root users could not start; "
                 "use e.g. tempfile.mkdtemp() + chmod 0755, not pytest's tmp_path")
         if not self.keep_state:
-            for sub in (self.paths.state, self.paths.spool):
+            for sub in (self.paths.state, self.paths.spool, self.paths.db):
                 shutil.rmtree(sub, ignore_errors=True)
         for stale in [self.paths.munge_socket, *self.paths.run.glob("*.pid")]:
             try:
@@ -338,51 +362,20 @@ class LocalCluster:
             statefile.write(self.paths, self.root, settings, started, "starting")
 
         bin_dir = self.bin_dir
+        if settings.accounting:       # the database and slurmdbd before slurmctld (its first start needs them)
+            acct.ensure_users([u for u, _a in settings.users], self.chroot.path if self.chroot is not None else None)
+            record("mariadbd", acct.start_mariadb(self.paths, settings.db_port,
+                                                  max(deadline - time.monotonic(), 1)))
         record("munged", d.start_munged(self.paths, bin_dir=bin_dir))
+        if settings.accounting:
+            record("slurmdbd", acct.start_slurmdbd(self.paths, settings, env, bin_dir,
+                                                   max(deadline - time.monotonic(), 1)))
         record("slurmctld", d.start_slurmctld(self.paths, env, bin_dir=bin_dir))
         d.wait_ctld_ready(env, max(deadline - time.monotonic(), 1), bin_dir=bin_dir)
         for node in settings.node_names:
             record(f"slurmd.{node}", d.start_slurmd(self.paths, node, env, bin_dir=bin_dir))
-        self._wait_nodes_idle(settings, deadline)
+        readiness.wait_nodes_idle(self._cli(10), self.paths, settings, deadline)
         statefile.write(self.paths, self.root, settings, started, "up")
-
-    def _wait_nodes_idle(self, settings: ClusterSettings, deadline: float) -> None:
-        cli = self._cli(10)
-        last = "no answer"
-        while time.monotonic() < deadline:
-            try:
-                nodes = {n.name: n for n in cli.sinfo_nodes()}
-            except SlurmError as exc:  # transient while the controller settles
-                last = str(exc)
-                time.sleep(0.1)
-                continue
-            ready = [name for name in settings.node_names
-                     if name in nodes and nodes[name].state == "idle" and not nodes[name].state_flags
-                     and nodes[name].gpus == settings.gpus_per_node]
-            if len(ready) == settings.nodes:
-                return
-            last = ", ".join(f"{n.name}={n.state}{'+' + '+'.join(n.state_flags) if n.state_flags else ''}"
-                             f" gpu:{n.gpus}" + (f" ({n.reason})" if n.reason else "")
-                             for n in nodes.values())
-            time.sleep(0.1)
-        tails = " ; ".join(f"{n}: {d.log_tail(self.paths.log_file('slurmd.' + n), 2)}"
-                           for n in settings.node_names)
-        raise d.DaemonError(f"nodes not idle in time: {last}; slurmd logs: {tails}")
-
-    def _cancel_all_jobs(self, wait: float) -> None:
-        """scancel every unfinished job, then wait up to ``wait`` s for them to leave the nodes."""
-        cli = self._cli(10)
-        try:
-            active = [j.job_id for j in cli.squeue_jobs() if not j.finished]
-            if active:
-                cli.cancel(active)
-            deadline = time.monotonic() + wait
-            while active and time.monotonic() < deadline:
-                time.sleep(0.2)
-                active = [j.job_id for j in cli.squeue_jobs(job_ids=active)
-                          if j.state in ("RUNNING", "COMPLETING", "CONFIGURING")]
-        except SlurmError as exc:
-            log.info("could not cancel jobs before stopping: %s", exc)
 
     def _stop_known(self, state: dict | None) -> None:
         known = [p for p in statefile.known_procs(self.paths, self.root, state) if p.alive()]

@@ -120,6 +120,19 @@ class Paths:
         return self.log / f"{daemon}.log"
 
     @property
+    def db(self) -> Path:
+        """MariaDB's data directory (accounting only)."""
+        return self.root / "db"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.run / "mariadbd.sock"
+
+    @property
+    def slurmdbd_conf(self) -> Path:
+        return self.etc / "slurmdbd.conf"
+
+    @property
     def bin(self) -> Path:
         """Wrappers that run a chroot's Slurm commands (only for a cluster in a chroot)."""
         return self.root / "bin"
@@ -151,6 +164,13 @@ class ClusterSettings:
     slurm_version: str = "22.05"
     #: the Debian root the daemons run in (None: the host's Slurm)
     chroot: str | None = None
+    #: real accounting (MariaDB + slurmdbd, see accounting.py) on these ports, with these associations:
+    #: (account, RawShares) and (user, account) pairs
+    accounting: bool = False
+    dbd_port: int = 0
+    db_port: int = 0
+    accounts: tuple[tuple[str, int], ...] = ()
+    users: tuple[tuple[str, str], ...] = ()
 
     @property
     def node_names(self) -> list[str]:
@@ -224,7 +244,7 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *(accounting_lines(p, s) if s.accounting else ["AccountingStorageType=accounting_storage/none"]),
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={p.log}/jobcomp.txt",
         "MpiDefault=none",
@@ -254,9 +274,22 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
     lines.append(
         f"PartitionName={s.partition} Nodes={','.join(s.node_names)} Default=YES "
         "PriorityTier=1 GraceTime=0 MaxTime=INFINITE State=UP"
+        + (' TRESBillingWeights="GRES/gpu=1.0"' if s.accounting else "")
     )
     lines += list(s.extra_conf)
     return "\n".join(lines) + "\n"
+
+
+def accounting_lines(p: Paths, s: ClusterSettings) -> list[str]:
+    """slurm.conf with slurmdbd: clients and slurmctld reach slurmdbd through the munge socket named by
+    ``AccountingStoragePass`` (``AuthInfo`` is not used for it); ``limits`` makes Slurm add a job's usage when
+    it ends (with ``associations`` alone only the PriorityCalcPeriod ticks count running jobs, and short jobs
+    never show in ``sshare``); usage is billed in GPUs (the partition's ``TRESBillingWeights``) and
+    recomputed every minute (the shortest ``PriorityCalcPeriod``)."""
+    return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+            f"AccountingStoragePort={s.dbd_port}", f"AccountingStoragePass={p.munge_socket}",
+            "AccountingStorageEnforce=associations,limits", "AccountingStorageTRES=gres/gpu",
+            "PriorityCalcPeriod=1"]
 
 
 def render_gres_conf(paths: Paths, s: ClusterSettings) -> str:

@@ -30,7 +30,7 @@ from .install import find_executable
 
 #: process names of Slurm/munge helpers that may outlive their daemon; used only together
 #: with a cwd/command-line check against the cluster root (see :func:`leftover_pids`)
-_HELPER_NAMES = {"slurmstepd", "slurmscriptd", "slurmctld", "slurmd", "munged"}
+_HELPER_NAMES = {"slurmstepd", "slurmscriptd", "slurmctld", "slurmd", "munged", "slurmdbd", "mariadbd"}
 
 
 class DaemonError(RuntimeError):
@@ -138,6 +138,9 @@ def _exe(name: str, bin_dir: Path | None = None) -> str:
     return path
 
 
+launch, exe = _launch, _exe      # for the other daemons' modules (accounting.py)
+
+
 def start_munged(paths: Paths, timeout: float = 10, bin_dir: Path | None = None) -> ProcId:
     """Create the key if needed, start munged on ``<root>/munge/munge.sock``, wait for the socket."""
     if not paths.munge_key.exists():
@@ -187,6 +190,17 @@ def wait_ctld_ready(env: dict, timeout: float, bin_dir: Path | None = None) -> N
             return
         time.sleep(0.1)
     raise DaemonError(f"slurmctld did not answer ping within {timeout:.0f}s: {last}")
+
+
+def stop_child(proc: "subprocess.Popen", grace: float = 60.0) -> None:
+    """Stop a child this process started (its Popen): SIGTERM, SIGKILL after ``grace`` s; reaped either way."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def terminate(procs: list[ProcId], grace: float = 5.0, kill_wait: float = 5.0) -> list[ProcId]:

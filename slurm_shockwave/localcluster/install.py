@@ -10,6 +10,8 @@ Facts relied on (checked on Debian 12 "bookworm"):
   (``policy-rc.d denied execution of start``); munge's postinst creates ``/etc/munge/munge.key``,
   which the local cluster does not use (it makes its own key).
 * ``apt-get update`` must run once before the first install on a fresh machine.
+* Accounting (``LocalCluster(accounting=True)``) adds ``slurmdbd`` and ``mariadb-server`` (about 20 packages,
+  190 MB; no daemon is started by their postinst where ``policy-rc.d`` forbids it, as in containers).
 """
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ REQUIRED_EXECUTABLES = {
     "munged": "munge",
     "mungekey": "munge",
 }
+
+#: the same for real accounting (MariaDB + slurmdbd; sacctmgr is in slurm-client)
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")
+ACCOUNTING_EXECUTABLES = {"slurmdbd": "slurmdbd", "sacctmgr": "slurm-client", "mariadbd": "mariadb-server",
+                          "mariadb-install-db": "mariadb-server", "mariadb": "mariadb-server"}
 
 _SBIN_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
@@ -54,10 +61,12 @@ def find_executable(name: str) -> str | None:
     return None
 
 
-def missing_packages() -> list[str]:
-    """Packages whose executables are not found, in install order, without duplicates."""
+def missing_packages(accounting: bool = False) -> list[str]:
+    """Packages whose executables are not found, in install order, without duplicates (``accounting``: with
+    MariaDB and slurmdbd)."""
     missing: list[str] = []
-    for exe, pkg in REQUIRED_EXECUTABLES.items():
+    needed = {**REQUIRED_EXECUTABLES, **(ACCOUNTING_EXECUTABLES if accounting else {})}
+    for exe, pkg in needed.items():
         if find_executable(exe) is None and pkg not in missing:
             missing.append(pkg)
     return missing
@@ -83,13 +92,13 @@ def _apt(args: list[str], timeout: float) -> None:
         raise SlurmUnavailable(f"apt-get {args[0]} failed (rc={proc.returncode}): {_tail(proc.stderr)}")
 
 
-def ensure_installed(timeout: float = 600) -> list[str]:
+def ensure_installed(timeout: float = 600, accounting: bool = False) -> list[str]:
     """Install the missing Slurm/munge packages with apt; return the packages installed.
 
     Raises :class:`SlurmUnavailable` when something is missing and it cannot be installed:
     not root, no ``apt-get``, or apt failing. Runs ``apt-get update`` once before installing.
     """
-    missing = missing_packages()
+    missing = missing_packages(accounting)
     if not missing:
         return []
     if os.geteuid() != 0:
@@ -97,8 +106,9 @@ def ensure_installed(timeout: float = 600) -> list[str]:
     if shutil.which("apt-get") is None:
         raise SlurmUnavailable(f"Slurm packages missing ({', '.join(missing)}) and no apt-get to install them")
     _apt(["update", "-q"], timeout)
-    _apt(["install", "-y", "-q", "--no-install-recommends", *PACKAGES], timeout)
-    still = missing_packages()
+    _apt(["install", "-y", "-q", "--no-install-recommends", *PACKAGES,
+          *(ACCOUNTING_PACKAGES if accounting else ())], timeout)
+    still = missing_packages(accounting)
     if still:
         raise SlurmUnavailable(f"apt-get install finished but still missing: {', '.join(still)}")
     return missing

@@ -24,6 +24,8 @@ def read(paths: Paths) -> dict | None:
 
 def write(paths: Paths, root: Path, settings: ClusterSettings, procs: dict, status: str) -> None:
     ports = {"slurmctld": settings.ctld_port, **dict(zip(settings.node_names, settings.node_ports))}
+    if settings.accounting:
+        ports.update(slurmdbd=settings.dbd_port, mariadbd=settings.db_port)
     data = {
         "version": VERSION, "root": str(root), "status": status,
         "conf": str(paths.slurm_conf), "ports": ports, "settings": asdict(settings),
@@ -39,6 +41,8 @@ def settings_from(state: dict) -> ClusterSettings:
     raw = dict(state["settings"])
     raw["node_ports"] = tuple(raw["node_ports"])
     raw["extra_conf"] = tuple(raw.get("extra_conf", ()))
+    raw["accounts"] = tuple((a, int(n)) for a, n in raw.get("accounts", ()))
+    raw["users"] = tuple((u, a) for u, a in raw.get("users", ()))
     known = set(ClusterSettings.__dataclass_fields__)
     return ClusterSettings(**{k: v for k, v in raw.items() if k in known})
 
@@ -65,6 +69,7 @@ def known_procs(paths: Paths, root: Path, state: dict | None) -> list[d.ProcId]:
 def all_alive(state: dict) -> bool:
     """Is the cluster of this state up, with every daemon it started still running?"""
     daemons = state.get("daemons") or {}
-    expected = 2 + int(state.get("settings", {}).get("nodes", 0))
+    settings = state.get("settings", {})
+    expected = 2 + int(settings.get("nodes", 0)) + (2 if settings.get("accounting") else 0)
     return (state.get("status") == "up" and len(daemons) == expected
             and all(d.ProcId.from_json(v).alive() for v in daemons.values()))

@@ -19,6 +19,9 @@ COLUMNS = (
     ("worst_rho", "worst ρ", "{:.3f}", True),
     ("unfair_fraction", "unfair % (ρ > 1.05)", "{:.2f}", True),
     ("unfair_fraction_1_1", "unfair % (ρ > 1.1)", "{:.2f}", True),
+    ("ftf_dynamic_worst", "worst dynamic FTF", "{:.3f}", True),
+    ("ftf_dynamic_p95", "p95 dynamic FTF", "{:.3f}", True),
+    ("ftf_dynamic_unfair", "unfair % (dynamic FTF > 1.05)", "{:.2f}", True),
     ("utilization", "utilisation", "{:.3f}", False),
     ("rounds", "rounds", "{:,.0f}", None),
     ("fallbacks", "fallbacks", "{:,.0f}", None),
@@ -96,6 +99,33 @@ def metrics_table(m: Merged, colours: dict) -> str:
     return "\n".join(out)
 
 
+def users_section(m: Merged) -> str:
+    """Per user (and per account, when they differ): the GPU share while every user had an active job and the
+    worst dynamic FTF, per policy; empty when no result has more than one user (slurm_shockwave/metrics.py)."""
+    out = []
+    for key, fair_key, worst, who in (("user_gpu_share", "user_fair_share", "user_ftf_dynamic_worst", "user"),
+                                      ("account_gpu_share", "account_fair_share", "account_ftf_dynamic_worst",
+                                       "account")):
+        names = sorted({u for r in m.results.values() for u in (r.get(key) or {})})
+        if not names or (who == "account" and all(r.get(key) == r.get("user_gpu_share") for r in m.results.values())):
+            continue
+        rows = []
+        for p in m.policies:
+            r = m.results[p]
+            share, fair, bad = r.get(key) or {}, r.get(fair_key) or {}, r.get(worst) or {}
+            cells = "".join(f"<td>{_fmt(100 * share[u], '{:.1f}%') if u in share else '-'}"
+                            f" ({_fmt(100 * fair.get(u, 0), '{:.1f}%')}) / {_fmt(bad.get(u), '{:.2f}') or '-'}</td>"
+                            for u in names)
+            rows.append(f'<tr><td class="name">{escape(p)}</td>{cells}</tr>')
+        out.append(f"<h2>Per {who}</h2><p class=\"meta\">Each {who}'s share of the GPU-seconds held while every "
+                   f"{who} had an active job (in brackets its max-min fair share of them, by the GPUs its jobs "
+                   "demanded) / its jobs' worst dynamic finish-time fairness.</p><table><thead><tr>"
+                   "<th class=\"name\">policy</th>"
+                   + "".join(f"<th>{escape(u)}</th>" for u in names) + "</tr></thead><tbody>" + "".join(rows)
+                   + "</tbody></table>")
+    return "\n".join(out)
+
+
 def build_html(m: Merged, pngs: dict[str, bytes], colours: dict, title: str = "Shockwave simulation report") -> str:
     files = "".join(
         f"<li><code>{escape(f['path'])}</code>: {escape(', '.join(f['policies']))}"
@@ -137,6 +167,7 @@ from {len(m.files)} results file(s), {len(m.results)} polic{"y" if len(m.results
 simulated value of each column is in bold. ρ = JCT / (exclusive run time × max(1, jobs / GPUs)).
 {escape(ref_note)}</p>
 {metrics_table(m, colours)}
+{users_section(m)}
 {"".join(figures)}
 </body>
 </html>

@@ -17,6 +17,7 @@ from solver.policies import policy_class, policy_names
 REQUIRED_METRICS = ("makespan", "avg_jct", "worst_rho", "unfair_fraction")
 # Metrics copied into the summary table when present.
 TABLE_METRICS = ("jobs", "gpus", "makespan", "avg_jct", "worst_rho", "unfair_fraction", "unfair_fraction_1_1",
+                 "ftf_dynamic_worst", "ftf_dynamic_p95", "ftf_dynamic_unfair",
                  "utilization", "rounds", "fallbacks", "wall_seconds", "decide_seconds")
 REFERENCE_METRICS = ("makespan", "avg_jct", "worst_rho", "unfair_fraction", "utilization")
 

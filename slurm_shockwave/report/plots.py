@@ -42,8 +42,14 @@ def colours(policies) -> dict[str, str]:
     return out
 
 
+def ours(policy: str) -> bool:
+    """The default policy and the paper's Shockwave are drawn solid and thick."""
+    cls = known(policy)
+    return cls is not None and (cls.default or cls.reference_name == "shockwave")
+
+
 def linestyle(policy: str, index: int) -> str:
-    return "-" if policy == "shockwave" else _LINESTYLES[index % len(_LINESTYLES)]
+    return "-" if ours(policy) else _LINESTYLES[index % len(_LINESTYLES)]
 
 
 def render(fig: Figure) -> bytes:
@@ -153,8 +159,8 @@ def cdf_figure(m: Merged) -> Figure:
     for i, p in enumerate(policies):
         jobs = m.results[p]["jobs_detail"]
         xs, ys = _cdf([j.get("jct") * scale for j in jobs if isinstance(j.get("jct"), (int, float))])
-        style = dict(color=col[p], linestyle=linestyle(p, i), linewidth=2.2 if p == "shockwave" else 1.5,
-                     label=p, where="post", zorder=3 if p == "shockwave" else 2)
+        style = dict(color=col[p], linestyle=linestyle(p, i), linewidth=2.2 if ours(p) else 1.5,
+                     label=p, where="post", zorder=3 if ours(p) else 2)
         if xs:
             ax_jct.step([0.0] + xs, [0.0] + ys, **style)
         xs, ys = _cdf([j.get("rho") for j in jobs if isinstance(j.get("rho"), (int, float)) and j["rho"] > 0])

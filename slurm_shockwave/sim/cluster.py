@@ -9,29 +9,61 @@ round (when it ran a full round), applies pending batch-size changes, then compl
 every epoch done, checked after the batch-size change; or run time over 1.5 x exclusive run time, as the
 reference's deadline guard), sets the adaptation flags for
 the next round and admits the jobs that arrived by then.
+
+Elastic GPU counts (for Pollux): every job's view lists its throughput at each profiled GPU count at its current
+batch size (`JobView.throughput_by_gpus`, from the throughput table, counts up to the cluster's size).  A job
+placed on another count than it asked for runs at that count's throughput; a change of count is a restart (the
+restart penalty, as a job that did not run the round before); the deadline guard counts its run time at its
+requested gang's pace; the metrics keep its requested GPUs (JobRecord.num_gpus).  A job placed on its gang runs
+exactly as before.
+
+Several GPU types (`num_gpus` = {type: count}, `throughputs` = {type: table}; workload/gpu_types.py says which
+column each type runs at and which type is a job's reference type): a job runs at the throughput of the type it
+is placed on; a job whose type (or count) changes restarts (the restart penalty); its deadline guard counts run
+time at its reference type's pace.  Its view lists its throughput per type it can run on
+(`JobView.throughput_by_type`: a type with room for its gang, a throughput at its batch size, its requested type
+only when it asked for one); its elastic counts (`throughput_by_gpus`) are on its reference type, the counts
+profiled on every type it can run on.  A job changes its batch size only to one its reference type has a
+throughput for.  With one untyped pool all of this is the one-type simulator above.
 """
 from __future__ import annotations
 
-from solver.types import ClusterView, JobView, RoundDecision
+from typing import Mapping
+
+from solver.types import GPU, ClusterView, JobView, RoundDecision
 
 from ..backends.base import ClusterBackend, JobRecord, check_decision
+from ..workload.gpu_types import allowed, capacity_of, cluster_gpus, reference_type
 from ..workload.jobs import JobSpec
 from .job import SimJob
 
 
 class SimulatedCluster(ClusterBackend):
-    def __init__(self, jobs: list[JobSpec], throughputs, num_gpus: int, round_length: float = 120.0,
+    def __init__(self, jobs: list[JobSpec], throughputs, num_gpus: int | Mapping[str, int], round_length: float = 120.0,
                  restart_penalty: float = 20.0, deadline_factor: float = 1.5):
-        if num_gpus <= 0:
+        """`num_gpus`: a number (one untyped pool, `throughputs` its table) or {type: count} (`throughputs`:
+        {type: table})."""
+        self.capacity = capacity_of(num_gpus)
+        num_gpus = sum(self.capacity.values())
+        if num_gpus <= 0 or min(self.capacity.values()) <= 0:
             raise ValueError(f"num_gpus must be positive, got {num_gpus}")
-        too_big = [j.job_id for j in jobs if j.num_gpus > num_gpus]
+        self.tables = dict(throughputs) if isinstance(throughputs, Mapping) else {GPU: throughputs}
+        self.reference_types = {j.job_id: reference_type(j, self.tables, self.capacity) for j in jobs}
+        too_big = [j.job_id for j in jobs if j.num_gpus > max(self.capacity.values())]
         if too_big:
-            raise ValueError(f"jobs {too_big[:5]} ask for more GPUs than the cluster has ({num_gpus})")
+            raise ValueError(f"jobs {too_big[:5]} ask for more GPUs than the cluster has ({num_gpus})"
+                             if set(self.capacity) == {GPU} else
+                             f"jobs {too_big[:5]} ask for more GPUs than one type has ({self.capacity})")
+        homeless = [j.job_id for j in jobs if self.reference_types[j.job_id] is None]
+        if homeless:
+            raise ValueError(f"jobs {homeless[:5]} can run on no GPU type of {self.capacity} (their requested type, "
+                             "a throughput at their batch size)")
         self.num_gpus = num_gpus
         self.round_length = float(round_length)
         self.restart_penalty = restart_penalty
         self.deadline_factor = deadline_factor
         self.throughputs = throughputs
+        self.usage_log: list[tuple] = []                # (job, start, end, GPUs) of every dispatch: per-user shares
         self._pending = sorted(jobs, key=lambda j: (j.arrival_time, str(j.job_id)))
         self._pending.reverse()                       # pop() from the end = earliest arrival
         self.n_jobs = len(jobs)
@@ -41,12 +73,14 @@ class SimulatedCluster(ClusterBackend):
         self.round_index = 0
         self.busy_gpu_seconds = 0.0
         self.utilization_timeline: list[tuple[float, float, int]] = []   # (start, end, busy GPUs)
-        self._dispatched: list[tuple[SimJob, int, float]] = []
-        self._prev_run: set = set()
+        self._dispatched: list[tuple[SimJob, int, float, int, str]] = []     # (job, steps, finish, GPUs, type)
+        self._prev_gpus: dict = {}                    # job -> (type, GPUs) it ran on in the previous round
         self._dispatch_rounds = 0
         self._round_start = self.now
         self._last_round_run_time: dict = {}
         self._dur_cache: dict = {}
+        self._counts_cache: dict = {}
+        self._types_cache: dict = {}
         self._admit()
 
     # ------------------------------------------------------------------ contract
@@ -57,35 +91,38 @@ class SimulatedCluster(ClusterBackend):
         jobs = tuple(self._view(j) for j in self.active.values())
         return ClusterView(now=self.now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=self.num_gpus, jobs=jobs, last_round_run_time=dict(self._last_round_run_time),
-                           total_jobs=self.n_jobs)
+                           total_jobs=self.n_jobs, capacity=dict(self.capacity))
 
     def apply(self, decision: RoundDecision) -> None:
         view_jobs = ClusterView(self.now, self.round_index, self.round_length, self.num_gpus,
-                                tuple(self._view(j, light=True) for j in self.active.values()))
-        run = check_decision(view_jobs, decision).run
+                                tuple(self._view(j, light=True) for j in self.active.values()),
+                                capacity=dict(self.capacity))
+        decision = check_decision(view_jobs, decision)
         self._round_start = self.now
         self._dispatched = []
-        for job_id in run:
+        for job_id in decision.run:
             job = self.active[job_id]
-            steps = job.steps_for_round(self.round_length)
-            self._dispatched.append((job, steps, self.now + steps / job.throughput))
+            (gpu_type, gpus), = decision.placement[job_id].items()      # one type per gang (check_placement)
+            thr = job.throughput_on(gpus, gpu_type)
+            steps = job.steps_for_round(self.round_length, thr)
+            self._dispatched.append((job, steps, self.now + steps / thr, gpus, gpu_type))
 
     def advance(self) -> None:
-        run_ids = {job.spec.job_id for job, _, _ in self._dispatched}
+        ran = {job.spec.job_id: (gpu_type, gpus) for job, _, _, gpus, gpu_type in self._dispatched}
         self._last_round_run_time = {}
         if self._dispatched:
-            end = max(finish for _, _, finish in self._dispatched)
-            busy = sum(job.spec.num_gpus for job, _, _ in self._dispatched)
+            end = max(finish for _, _, finish, _, _ in self._dispatched)
+            busy = sum(gpus for _t, gpus in ran.values())
             self.utilization_timeline.append((self._round_start, end, busy))
-            for job, steps, finish in self._dispatched:
-                self._complete_round(job, steps, finish)
+            for job, steps, finish, gpus, gpu_type in self._dispatched:
+                self._complete_round(job, steps, finish, gpus, gpu_type)
             self._dispatch_rounds += 1
             self.now = end
         elif self.active:
             self.now += self.round_length                    # nothing fitted: an idle round
         elif self._pending:
             self.now = max(self.now, self._pending[-1].arrival_time)
-        self._prev_run = run_ids
+        self._prev_gpus = ran
         self._dispatched = []
         for job in self.active.values():
             job.set_adaptation_flags()
@@ -93,18 +130,23 @@ class SimulatedCluster(ClusterBackend):
         self.round_index += 1
 
     # ------------------------------------------------------------------ internals
-    def _complete_round(self, job: SimJob, steps: int, finish: float) -> None:
+    def _complete_round(self, job: SimJob, steps: int, finish: float, gpus: int, gpu_type: str) -> None:
         execution = finish - self._round_start
-        if job.spec.job_id not in self._prev_run:
+        self.usage_log.append((job.spec.job_id, self._round_start, finish, gpus))
+        home = gpus == job.spec.num_gpus and gpu_type == job.ref_type
+        pace = 1.0 if home else job.throughput_on(gpus, gpu_type) / job.throughput
+        if self._prev_gpus.get(job.spec.job_id) != (gpu_type, gpus):   # not run the round before, or elsewhere
             job.restarts += 1 if job.rounds_run else 0
             if self._dispatch_rounds > 0 and execution > max(self.round_length - 5, self.restart_penalty):
                 factor = (execution - self.restart_penalty) / execution
                 steps = int(steps * factor)
                 execution -= self.restart_penalty
-        over_deadline = job.run_time + execution > int(job.spec.isolated_runtime * self.deadline_factor)
+        nominal = execution if pace == 1.0 else execution * pace
+        over_deadline = job.nominal_run_time + nominal > int(job.spec.isolated_runtime * self.deadline_factor)
         job.run_time += execution
+        job.nominal_run_time += nominal
         job.rounds_run += 1
-        self.busy_gpu_seconds += execution * job.spec.num_gpus
+        self.busy_gpu_seconds += execution * gpus
         self._last_round_run_time[job.spec.job_id] = execution
         job.add_steps(steps)
         job.finish_time = finish
@@ -116,26 +158,57 @@ class SimulatedCluster(ClusterBackend):
             del self.active[job.spec.job_id]
             self.finished.append(JobRecord(job.spec.job_id, job.spec.user, job.spec.num_gpus, job.spec.arrival_time,
                                            finish, job.spec.isolated_runtime, job.run_time, job.rounds_run,
-                                           job.restarts))
+                                           job.restarts, account=job.spec.account,
+                                           cluster_gpus=self._cluster_gpus(job)))
 
     def _admit(self) -> None:
         while self._pending and self._pending[-1].arrival_time <= self.now:
             spec = self._pending.pop()
-            self.active[spec.job_id] = SimJob(spec, self.throughputs)
+            ref = self.reference_types[spec.job_id]
+            self.active[spec.job_id] = SimJob(spec, self.tables[ref], self.tables, ref)
 
     def _durations(self, job: SimJob) -> dict[int, float]:
-        key = (job.spec.model, job.spec.num_gpus, job.spec.samples)
+        key = (job.spec.model, job.spec.num_gpus, job.spec.samples, job.ref_type)
         if key not in self._dur_cache:
-            sizes = self.throughputs.batch_sizes(job.spec.model, job.spec.num_gpus)
+            sizes = self.tables[job.ref_type].batch_sizes(job.spec.model, job.spec.num_gpus)
             self._dur_cache[key] = {bs: job.spec.samples / bs / thr for bs, thr in sizes.items()}
         return self._dur_cache[key]
+
+    def _types(self, job: SimJob) -> list[str]:
+        key = (job.spec.model, job.spec.initial_bs, job.spec.num_gpus, job.spec.gpu_type)
+        if key not in self._types_cache:
+            self._types_cache[key] = allowed(job.spec, self.tables, self.capacity)
+        return self._types_cache[key]
+
+    def _by_type(self, job: SimJob) -> dict[str, float]:
+        out = {}
+        for t in self._types(job):
+            thr = job.throughput_on(job.spec.num_gpus, t)
+            if thr:
+                out[t] = thr
+        return out
+
+    def _cluster_gpus(self, job: SimJob) -> float:
+        if set(self.capacity) == {GPU}:
+            return 0.0                              # the GPU count itself (metrics.dynamic_ftf)
+        return cluster_gpus(job.spec, self.tables, self.capacity, job.ref_type)
+
+    def _gpu_counts(self, job: SimJob) -> dict[int, float]:
+        key = (job.spec.model, job.bs, job.ref_type, tuple(self._types(job)))
+        if key not in self._counts_cache:
+            counts = self.tables[job.ref_type].gpu_counts(job.spec.model, job.bs)
+            room = max(self.capacity[t] for t in self._types(job))
+            self._counts_cache[key] = {n: thr for n, thr in counts.items() if n <= room and all(
+                self.tables[t].get(job.spec.model, job.bs, n) for t in self._types(job))}
+        return self._counts_cache[key]
 
     def _view(self, job: SimJob, light: bool = False) -> JobView:
         s = job.spec
         if light:
             return JobView(job_id=s.job_id, arrival_time=s.arrival_time, num_gpus=s.num_gpus, batch_size=job.bs,
                            epochs_done=0, total_epochs=0, samples_per_epoch=s.samples, steps_done=0,
-                           total_steps=0, throughput=job.throughput)
+                           total_steps=0, throughput=job.throughput, throughput_by_gpus=self._gpu_counts(job),
+                           throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
         return JobView(
             job_id=s.job_id, arrival_time=s.arrival_time, num_gpus=s.num_gpus, batch_size=job.bs,
             epochs_done=job.epochs_done, total_epochs=s.num_epochs, samples_per_epoch=s.samples,
@@ -143,4 +216,5 @@ class SimulatedCluster(ClusterBackend):
             epoch_duration_by_bs=self._durations(job), bs_history=tuple(job.bs_history), user=s.user,
             account=s.account, weight=s.weight, mode=s.mode, job_type=job.job_type,
             min_batch_size=s.initial_bs, max_batch_size=job.max_bs,
-            ran_last_round=s.job_id in self._prev_run, run_time=job.run_time)
+            ran_last_round=s.job_id in self._prev_gpus, run_time=job.run_time,
+            throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)

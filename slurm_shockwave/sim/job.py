@@ -3,18 +3,28 @@ from __future__ import annotations
 
 import math
 
+from solver.types import GPU
+
 from ..workload.jobs import JobSpec
 from ..workload.models import MIN_BATCH_SIZE, accordion_critical, steps_per_epoch
 
 
 class SimJob:
-    def __init__(self, spec: JobSpec, throughputs):
+    def __init__(self, spec: JobSpec, throughputs, tables=None, ref_type: str = GPU):
+        """`throughputs`: the table of its reference type `ref_type` (workload/gpu_types.py): its `throughput`,
+        which batch sizes it may change to, its exclusive run time; `tables`: {type: table} of every type it may
+        run on (default: its reference type's only)."""
         self.spec = spec
         self._thr_table = throughputs
+        self.ref_type = ref_type
+        self.tables = dict(tables) if tables is not None else {ref_type: throughputs}
         self.bs = spec.initial_bs
         self.total_steps = spec.total_steps
         self.steps_run = 0
         self.run_time = 0.0
+        # run time counted at the pace of its requested gang (the deadline guard's clock): an elastic job placed on
+        # fewer GPUs is not cut off for being slow (the same as run_time for a job that always runs its gang)
+        self.nominal_run_time = 0.0
         self.rounds_run = 0
         self.restarts = 0
         self.big_bs = self.small_bs = False
@@ -32,8 +42,16 @@ class SimJob:
     def remaining_steps(self) -> int:
         return self.total_steps - self.steps_run
 
-    def steps_for_round(self, length: float) -> int:
-        return min(int(self.throughput * length), self.remaining_steps)
+    def throughput_on(self, gpus: int, gpu_type: str | None = None) -> float | None:
+        """Iterations/s on `gpus` GPUs of `gpu_type` (default: its reference type) at the current batch size (its
+        gang's on its reference type: `throughput`)."""
+        if gpu_type is not None and gpu_type != self.ref_type:
+            table = self.tables.get(gpu_type)
+            return table.get(self.spec.model, self.bs, gpus) if table is not None else None
+        return self.throughput if gpus == self.spec.num_gpus else self._thr_table.get(self.spec.model, self.bs, gpus)
+
+    def steps_for_round(self, length: float, throughput: float | None = None) -> int:
+        return min(int((self.throughput if throughput is None else throughput) * length), self.remaining_steps)
 
     def add_steps(self, steps: int) -> None:
         before = self.steps_run // self.spe

@@ -17,17 +17,20 @@ import logging
 import threading
 import time
 
+from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
 
 from ..backends.base import ServiceBackend
 from ..events.tracker import EventTracker
 from . import jobview, preflight
 from .commands import RESTART_GAP_SECONDS, SlurmCLI
-from .enact import Enactor, Observed, reconcile
+from .enact import Enactor, Observed, reconcile, signal_time
 from .errors import SlurmError
+from .fairshare_round import FairShareRound
 from .hints import HintError, parse_hints
 from .models import ACTIVE_STATES, in_partition, node_in_partition
 from .ownership import admin_comments, status_of
+from .preemptions import PreemptionLog
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -75,6 +78,10 @@ class SlurmBackend(ServiceBackend):
         self._history: dict = {}
         self._pending_since: dict = {}        # (job, restart count) of a requeued job -> first seen PENDING
         self.sleep = time.sleep
+        self.preemptions = PreemptionLog(state, metrics)
+        self._left: dict = {}                 # job -> predicted seconds of work left (this round's view)
+        self._costs: dict = {}                # job -> measured preemption cost (its events)
+        self.fairshare = FairShareRound(cli)  # market budgets from Slurm's shares and usage (fairshare_round.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -94,6 +101,14 @@ class SlurmBackend(ServiceBackend):
         self.cli.env = dict(cfg.slurm.env)
         self.cli.bin_dir = cfg.slurm.bin_dir
 
+    def preemption_costs(self) -> dict:
+        return dict(self._costs)
+
+    def stopping(self) -> frozenset:
+        return frozenset(j for j, entry in self.signalled.items() if j in self._observed and
+                         self._observed[j].state == "RUNNING" and
+                         signal_time(entry, self._observed[j].restart_count) is not None)
+
     def startup_warnings(self) -> list[str]:
         try:
             text = self.cli.run(["scontrol", "show", "config"]).stdout
@@ -105,8 +120,8 @@ class SlurmBackend(ServiceBackend):
         return preflight.partition_warnings(self.cli, self.cfg.partition)
 
     @classmethod
-    def check(cls, cfg) -> list[str]:
-        return preflight.check_slurm(cfg)
+    def check(cls, cfg, facts: dict | None = None) -> list[str]:
+        return preflight.check_slurm(cfg, facts=facts)
 
     @classmethod
     def uninstall(cls, cfg) -> dict:
@@ -137,12 +152,13 @@ class SlurmBackend(ServiceBackend):
 
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
+        begun = self.clock()        # the round's start: before the reads, so rounds are round_seconds apart
         jobs = self.cli.squeue_jobs(with_site_factor=True)
         nodes = self.cli.sinfo_nodes()
         if self.metrics:
             self.metrics.slurm_latency.observe(time.perf_counter() - t0)
         now = self.clock()
-        self._round_started = now
+        self._round_started = begun
         self._bad = {}
         self._ac = admin_comments(jobs)      # our ownership marks (slurm/ownership.py)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
@@ -157,15 +173,21 @@ class SlurmBackend(ServiceBackend):
         capacity = max(0, capacity - self._unmanaged["running_gpus"])
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
+        self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
         self._poll_events({**{str(j.job_id): j.user_id for j, _ in managed},
                            **{str(j.job_id): j.user_id for j, _ in ended}},
                           {str(j.job_id): m for j, m in [*managed, *ended]})
-        views, self._observed, self._restarts = [], {}, {}
+        views, self._observed, self._restarts, self._costs = [], {}, {}, {}
         failed = {}
+        for j, _marker in managed:
+            if j.site_factor is not None:       # what sprio shows (it does not list held jobs): known from now on
+                self._site_factor[j.job_id] = j.site_factor
         for j, marker in managed:
             try:
                 progress = self._events.progress(str(j.job_id))
                 view = self._view(j, marker, progress, now)
+                if progress.preempt_cost_s is not None:
+                    self._costs[j.job_id] = self._meta[j.job_id]["preempt_cost_s"] = progress.preempt_cost_s
             except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
                 log.debug("job %s: view failed", j.job_id, exc_info=True)
                 self._bad[j.job_id] = f"could not build its view: {type(e).__name__}: {e}"[:300]
@@ -179,13 +201,18 @@ class SlurmBackend(ServiceBackend):
                                                 progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
                                                 else None,
                                                 now - j.start_time if j.state == "RUNNING" and j.start_time else None,
-                                                self._ac.get(j.job_id, ""), self._mark_of(j))
+                                                self._ac.get(j.job_id, ""), self._mark_of(j),
+                                                # a job that never reported runs without the wrapper
+                                                progress.start_restart >= j.restart_count
+                                                or progress.last_event_ts is None)
         self._pending_since = {k: self._pending_since.get(k, now) for k in
                                ((j.job_id, j.restart_count) for j, _ in managed
                                 if j.state == "PENDING" and j.restart_count > 0)}
         if failed:
             self._quarantine(failed, now)
             managed = [(j, m) for j, m in managed if j.job_id not in failed]
+        self._left = {v.job_id: remaining_s(v, None) for v in views}
+        self.preemptions.observe({j.job_id: j for j in jobs}, self.round_length, now)
         self._orphans = [Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count, None, max(j.gpus, 1),
                                   admin_comment=self._ac.get(j.job_id, ""), mark="held")
                          for j in jobs if j.job_id not in self._observed and j.state in ("PENDING", "RUNNING")
@@ -204,6 +231,8 @@ class SlurmBackend(ServiceBackend):
     def apply(self, decision: RoundDecision) -> None:
         run = {int(j) for j in decision.run}
         now = self.clock()
+        self.preemptions.kept(sum(1 for j in decision.run if (decision.plans.get(j) is not None and
+                                                              decision.plans[j].rule == "kept")))
         actions = reconcile(list(self._observed.values()), run, self.cfg.mode, self.cfg.site_factor, now,
                             self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
                             self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
@@ -213,6 +242,8 @@ class SlurmBackend(ServiceBackend):
             for j in action.job_ids:
                 if action.verb == "signal":
                     self.signalled[j] = [now, self._restarts.get(j, 0)]   # this run only (see enact.py)
+                    self.preemptions.signalled(j, self._restarts.get(j, 0), now, self._left.get(j),
+                                               self.round_length)
                 elif action.verb == "requeue_hold":
                     self.signalled.pop(j, None)
                 elif action.verb == "site_factor":
@@ -220,6 +251,7 @@ class SlurmBackend(ServiceBackend):
             if action.verb in ("signal", "requeue_hold"):
                 # saved at once: a crash right after a signal must not send it again
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
+                self.preemptions.save()
 
         self._wait_restart_gap(actions)
         self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
@@ -228,6 +260,7 @@ class SlurmBackend(ServiceBackend):
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
                 self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
+        self.preemptions.save()
 
     def _wait_restart_gap(self, actions) -> None:
         """A release (which also sends StartTime=now) of a requeued job waits until RESTART_GAP_SECONDS after
@@ -246,7 +279,8 @@ class SlurmBackend(ServiceBackend):
         unmanaged load, the quarantined jobs, the mode (status and explain show them)."""
         return {"jobs": {str(k): m for k, m in self._meta.items()}, "partition_gpus": self._partition_gpus,
                 "unmanaged": self._unmanaged, "mode": self.cfg.mode, "dry_run": self.cfg.dry_run,
-                "quarantined": {str(k): v for k, v in self.quarantined.items()}}
+                "quarantined": {str(k): v for k, v in self.quarantined.items()},
+                "fairshare": self.fairshare.context()}
 
     def advance(self) -> None:
         """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
@@ -316,7 +350,7 @@ class SlurmBackend(ServiceBackend):
         if key not in self._history:
             self._history[key] = self.state.epoch_history(*key)
         view, self._meta[j.job_id] = jobview.build(
-            j, marker, p, now, round_length=self.round_length, weight=self.cfg.weight(j.user, j.account),
+            j, marker, p, now, round_length=self.round_length, weight=self.fairshare.weight(j.user, j.account),
             arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key])
         return view
 

@@ -74,6 +74,19 @@ def _chunks(items: list[str], size: int = BATCH_SIZE) -> list[list[str]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+#: a job list longer than PARALLEL_MIN is split into up to PARALLEL scontrol calls run at once: slurmctld acts on
+#: each job of a list as one RPC (1-3 ms each on 2 shared cores: a first round holds ~1,000 jobs), and several
+#: scontrol processes overlap them (measured: 900 AdminComment updates 3.1 s in one call, 1.0-1.6 s in 4)
+PARALLEL = 4
+PARALLEL_MIN = 128
+
+
+def _split(ids: list[str]) -> list[list[str]]:
+    if len(ids) <= PARALLEL_MIN:
+        return _chunks(ids)
+    return _chunks(ids, min(BATCH_SIZE, -(-len(ids) // PARALLEL)))
+
+
 def _field_arg(key: str, value: object) -> str:
     """``Key=Value`` for scontrol update; the key must be a plain identifier."""
     if not _FIELD_RE.match(key):
@@ -193,12 +206,24 @@ class SlurmCLI:
         if not fields:
             raise ValueError("scontrol_update needs at least one field")
         args = [_field_arg(k, v) for k, v in fields.items()]
-        for chunk in _chunks(ids):
-            self.run(["scontrol", "update", f"JobId={','.join(chunk)}", *args])
+        self._run_all([["scontrol", "update", f"JobId={','.join(chunk)}", *args] for chunk in _split(ids)])
 
     def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
-        for chunk in _chunks(_job_ids(job_ids)):
-            self.run(["scontrol", verb, ",".join(chunk)])
+        self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in _split(_job_ids(job_ids))])
+
+    def _run_all(self, argvs: list[list[str]]) -> None:
+        """Run these calls (the chunks of one job list), up to PARALLEL at once; every chunk is tried, the first
+        error is raised once all are done."""
+        if len(argvs) <= 1:
+            for argv in argvs:
+                self.run(argv)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(PARALLEL, len(argvs))) as pool:
+            futures = [pool.submit(self.run, argv) for argv in argvs]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
 
     def hold(self, job_ids: Iterable[int | str]) -> None:
         """Admin hold (priority 0, reason JobHeldAdmin); a running job keeps running."""

@@ -14,7 +14,8 @@ code is standard library only; pydantic and the package's error wording are impo
   key and the value; the controller then quarantines the job (leaves it to Slurm), it never fails.
 
 Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..10^12 (samples per epoch),
-``epoch_s`` (seconds per epoch at ``bs``) > 0 and <= 10^7, ``gpus`` 1..the partition's GPUs.
+``epoch_s`` (seconds per epoch at ``bs``) 10^-3..10^7 (a positive but subnormal value such as 1e-320 would make
+the job's throughput infinite), ``gpus`` 1..the partition's GPUs.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ SEPARATORS = ":;,"
 MAX_EPOCHS = 10**6
 MAX_BATCH = 2**24
 MAX_SAMPLES = 10**12
+MIN_EPOCH_S = 1e-3
 MAX_EPOCH_S = 1e7
 INT_KEYS = ("epochs", "bs", "min_bs", "max_bs", "samples", "gpus")
 FLOAT_KEYS = ("epoch_s",)
@@ -77,7 +79,7 @@ def _model():
             min_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
             max_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
             samples: Optional[int] = Field(None, ge=1, le=MAX_SAMPLES)
-            epoch_s: Optional[float] = Field(None, gt=0, le=MAX_EPOCH_S)
+            epoch_s: Optional[float] = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
             gpus: Optional[int] = Field(None, ge=1)
 
             @model_validator(mode="after")

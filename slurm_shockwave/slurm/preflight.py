@@ -6,13 +6,17 @@ problem, each naming what is wrong and what to do.
 * slurm.conf: `PriorityType=priority/multifactor` (SiteFactor), `JobRequeue=1` and, in authoritative
   mode, the user signal on preemption (`SlurmctldParameters=preempt_send_user_signal` on 22.05,
   `PreemptParameters=send_user_signal` later);
-* the partition exists, has nodes with gres GPUs, and at least one of them is usable.
+* the partition exists, has nodes with gres GPUs, and at least one of them is usable;
+* some job can write to the event store: its `users/<uid>/` folders are made by the prolog hook of
+  prolog_epilog/ at job start (only root creates them), so slurm.conf's Prolog must run it, unless folders
+  exist already (made by hand, or by a site prolog that calls the hook); `facts["prolog"]` says which.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from ..events.layout import USERS_DIR
 from .commands import SlurmCLI
 from .errors import SlurmError
 from .models import node_in_partition
@@ -25,7 +29,7 @@ def slurm_conf_path(cfg) -> str | None:
     return cfg.slurm.env.get("SLURM_CONF") or os.environ.get("SLURM_CONF")
 
 
-def check_slurm(cfg, cli=None) -> list[str]:
+def check_slurm(cfg, cli=None, facts: dict | None = None) -> list[str]:
     conf = slurm_conf_path(cfg)
     where = "[slurm.env] SLURM_CONF" if "SLURM_CONF" in cfg.slurm.env else "SLURM_CONF"
     if conf is not None and not Path(conf).is_file():
@@ -40,9 +44,31 @@ def check_slurm(cfg, cli=None) -> list[str]:
         conf_text = cli.run(["scontrol", "show", "config"]).stdout
     except SlurmError as e:
         return [f"Slurm is not reachable ({str(e).splitlines()[0]}): is slurmctld running, and SLURM_CONF right?"]
-    problems = check_slurm_conf(parse_show_config(conf_text), cfg.mode)
+    conf = parse_show_config(conf_text)
+    problems = check_slurm_conf(conf, cfg.mode)
+    problems += check_prolog(conf, cfg.event_store, facts if facts is not None else {})
     problems += check_partition(cfg, cli)
     return problems
+
+
+def check_prolog(conf: dict[str, str], store, facts: dict) -> list[str]:
+    """Can any job write to the event store?  See the module docstring."""
+    if not Path(store).is_dir():
+        return []                               # the store's own problem is reported by the controller's part
+    prolog = conf.get("Prolog", "(null)") or "(null)"
+    hooked = "shockwave" in prolog
+    users = Path(store) / USERS_DIR
+    try:
+        folders = sum(1 for p in users.iterdir() if p.is_dir())
+    except OSError:
+        folders = 0
+    facts["prolog"] = (f"runs the shockwave hook ({prolog})" if hooked else
+                       f"not the shockwave hook ({prolog}); {folders} user folder(s) in {users}")
+    if hooked or folders:
+        return []
+    return [f"slurm.conf: Prolog = {prolog}: no job can report to the event store {store}: each user's "
+            f"{users}/<uid>/ is made by root, by the prolog hook at job start (prolog_epilog/README.md: "
+            f"Prolog=/opt/shockwave/hooks/shockwave-hook.sh), and none exists"]
 
 
 def parse_show_config(text: str) -> dict[str, str]:

@@ -10,7 +10,9 @@ Per job, with independent random streams seeded from `seed` exactly as the refer
 4. its mode: static/accordion/gns with probabilities `mode_mix` (accordion jobs under 1000 s become
    static, as in the reference);
 5. total_steps = duration x the throughput of (job type, GPUs) in the throughputs file;
-6. arrivals: the first at 0, then Poisson with mean inter-arrival `interarrival` seconds.
+6. arrivals: the first at 0, then Poisson with mean inter-arrival `interarrival` seconds.  Ours, off by default:
+   with `burst_size` > 0 the jobs come in bursts of that many, a burst every `burst_gap` seconds (the k-th
+   burst starts at k x burst_gap; inside it, the same Poisson process): long arrival spans with quiet hours.
 
 The output is the reference `.trace` format (12 tab-separated fields), which `shockwave simulate --trace`
 reads; with the reference's parameters and seed it reproduces the reference's own traces byte for byte.
@@ -57,6 +59,8 @@ class GeneratorOptions:
     mode_mix: tuple = (0.0, 0.5, 0.5)      # static, accordion, gns
     gpu_mix: tuple = (0.6, 0.3, 0.09, 0.01)  # 1, 2, 4, 8 GPUs
     max_gpus: int | None = None            # redraw a job type/GPU count that does not fit (None: no limit)
+    burst_size: int = 0                    # jobs per burst (0: one Poisson stream, the reference's)
+    burst_gap: float = 0.0                 # seconds from the start of one burst to the next
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,7 @@ def generate(opts: GeneratorOptions, throughputs) -> list[GeneratedJob]:
     durations = np.linspace(opts.min_hours, opts.max_hours, opts.num_durations)
     out: list[GeneratedJob] = []
     arrival = None
-    for _ in range(opts.jobs):
+    for k in range(opts.jobs):
         while True:
             model, bs, cmd, wd, arg, dist = job_rng.choice(JOB_TABLE)
             gpus = _gpus(gpu_rng, opts.gpu_mix) if dist else 1
@@ -132,8 +136,8 @@ def generate(opts: GeneratorOptions, throughputs) -> list[GeneratedJob]:
             thr = throughputs.get(model, bs, gpus)
             if thr is not None and (opts.max_gpus is None or gpus <= opts.max_gpus):
                 break
-        if arrival is None:
-            arrival = 0.0
+        if arrival is None or (opts.burst_size > 0 and k % opts.burst_size == 0):
+            arrival = (k // opts.burst_size) * opts.burst_gap if opts.burst_size > 0 else 0.0
         else:
             arrival += -math.log(1.0 - arrival_rng.random()) * opts.interarrival
         out.append(GeneratedJob(job_type=f"{model} (batch size {bs})", model=model, batch_size=bs, command=cmd,

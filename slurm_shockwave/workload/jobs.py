@@ -30,6 +30,7 @@ class JobSpec:
     # exclusive run time under the profiled schedule (FTF denominator); 0 = compute from throughputs
     isolated_runtime: float = 0.0
     extra: dict = field(default_factory=dict, compare=False)
+    gpu_type: str | None = None   # the GPU type the job asked for (None: any type it can run on)
 
     @property
     def samples(self) -> int:

@@ -1,7 +1,8 @@
 """Gavel-format throughput profiles: `{worker_type: {"('<Model> (batch size B)', sf)": {"null": it/s}}}`.
 
-Only the `v100` `"null"` entries are used: the isolated throughput, in iterations per second, of the
-whole job on `sf` GPUs.  A value of 0 means the combination is unavailable.
+One worker type's `"null"` entries make a table (`load(path, worker_type)`; `v100` by default): the isolated
+throughput, in iterations per second, of the whole job on `sf` GPUs.  A value of 0 means the combination is
+unavailable.  A cluster of several GPU types reads one column per type (workload/gpu_types.py).
 """
 from __future__ import annotations
 
@@ -49,6 +50,11 @@ class ThroughputTable:
     def batch_sizes(self, model: str, num_gpus: int) -> dict[int, float]:
         """All profiled batch sizes (-> it/s) of a model at a gang size."""
         return dict(self._by_model.get((model, num_gpus), {}))
+
+    def gpu_counts(self, model: str, batch_size: int) -> dict[int, float]:
+        """Every profiled GPU count (-> it/s of the whole job) of a model at a batch size."""
+        return {sf: by_bs[batch_size] for (m, sf), by_bs in sorted(self._by_model.items())
+                if m == model and batch_size in by_bs}
 
     def models(self) -> set[str]:
         return {m for (m, _sf) in self._by_model}

@@ -1,6 +1,8 @@
 """``shockwave-run [options] -- CMD ...``: run a training program as a Shockwave-managed job.
 
-* sets up ``<store>/users/<uid>/<jobid>/events.jsonl`` and exports SHOCKWAVE_* variables;
+* sets up ``<store>/users/<uid>/<jobid>/events.jsonl`` (the store found by ``context.find_store``: the site's
+  unless told otherwise) and exports SHOCKWAVE_* variables; says in one line of the job's output where the job
+  reports, or that it cannot (then the program is not told about the store);
 * records ``start`` and ``exit`` (with the exit code) events;
 * forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 to the child;
 * turns the preemption signal (``--signal``, default USR1, as in ``sbatch
@@ -29,7 +31,7 @@ from pathlib import Path
 from ..events.store import ensure_job_dir
 from ..events.writer import EventWriter
 from . import outcome
-from .context import JobContext, count_gpus, parse_signal, warn
+from .context import ENV_EVENT_FILE, ENV_STORE, JobContext, count_gpus, parse_signal, warn
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -39,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="shockwave-run",
         description="Run a training command as a Shockwave-managed job (events + signals).",
         usage="shockwave-run [--store DIR] [--checkpoint-dir DIR] [--signal SIG] -- CMD [ARG ...]")
-    p.add_argument("--store", help="event store root (default: $SHOCKWAVE_STORE, else "
+    p.add_argument("--store", help="event store root (default: $SHOCKWAVE_STORE, else the site's controller "
+                   "config's event_store ($SHOCKWAVE_CONFIG or /etc/shockwave/config.toml), else "
                    "~/.local/state/shockwave/events)")
     p.add_argument("--checkpoint-dir", help="exported as SHOCKWAVE_CHECKPOINT_DIR (default: "
                    "$SHOCKWAVE_CHECKPOINT_DIR, else ./checkpoints/<jobid>)")
@@ -95,12 +98,17 @@ class Runner:
             warn(f"could not record {kind} event: {exc}")
 
     def _setup_events(self) -> None:
+        """One line in the job's output: where this job reports, or why it cannot (then its program is not
+        told about the store either, so it does not warn about every event it cannot write)."""
         try:
             ensure_job_dir(self.ctx.store, self.ctx.job_id)
             self.writer = EventWriter(self.ctx.event_file, self.ctx.job_id, self.ctx.restart,
                                       source="wrapper")
         except Exception as exc:
-            warn(f"events disabled (store {self.ctx.store}): {exc}")
+            warn(f"error: this job runs unreported: cannot write to the event store {self.ctx.store} (from "
+                 f"{self.ctx.store_source}): {exc}")
+            return
+        warn(f"reporting to {self.ctx.store} (from {self.ctx.store_source})")
 
     # ----------------------------------------------------------------- signals
     def _on_signal(self, signum: int, _frame) -> None:
@@ -128,6 +136,9 @@ class Runner:
         self._setup_events()
         env = dict(os.environ)
         env.update(self.ctx.child_env(self.ckpt_sig.name[3:], self.request_file))
+        if self.writer is None:
+            for key in (ENV_STORE, ENV_EVENT_FILE):
+                env.pop(key, None)
         previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
         self._emit("start", gpus=count_gpus(env), host=socket.gethostname()[:255] or None,
                    pid=os.getpid())

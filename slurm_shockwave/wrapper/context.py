@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .. import site
 from ..events.schema import check_job_id
 from ..events.store import job_event_path
 
@@ -46,12 +47,24 @@ def parse_signal(name: str | int) -> signal.Signals:
         raise ValueError(f"unknown signal {name!r}") from None
 
 
-def default_store(env: Mapping[str, str] = os.environ) -> Path:
-    """``$SHOCKWAVE_STORE``, else ``$XDG_STATE_HOME/shockwave/events`` (~/.local/state/...)."""
+def find_store(env: Mapping[str, str] = os.environ, store: str | None = None) -> tuple[Path, str]:
+    """(event store root, where it came from): ``--store``, else ``$SHOCKWAVE_STORE``, else the site's controller
+    config (site.py: ``$SHOCKWAVE_CONFIG`` or /etc/shockwave/config.toml), else a private store under
+    ``$XDG_STATE_HOME`` (~/.local/state/shockwave/events) that no site controller reads."""
+    if store:
+        return Path(store), "--store"
     if env.get(ENV_STORE):
-        return Path(env[ENV_STORE])
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "shockwave" / "events"
+        return Path(env[ENV_STORE]), f"${ENV_STORE}"
+    conf = site.config_path(env)
+    if conf is not None:
+        try:
+            return Path(site.event_store(conf)), f"the site's config {conf}"
+        except (OSError, ValueError) as e:
+            warn(f"cannot read the site's config ({str(e).splitlines()[0][:200]}); using a private store")
+    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return (Path(base) / "shockwave" / "events",
+            f"a private store: no ${ENV_STORE} and no site config ({site.SITE_CONFIG}), so no controller sees "
+            f"this job's reports; ask your admin for the site's store")
 
 
 def count_gpus(env: Mapping[str, str] = os.environ) -> int:
@@ -78,6 +91,7 @@ class JobContext:
     event_file: Path
     checkpoint_dir: Path
     in_slurm: bool
+    store_source: str = "--store"      # where `store` came from (find_store), said once in the job's output
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ, *, store: str | None = None,
@@ -89,7 +103,7 @@ class JobContext:
         else:
             job_id = f"local-{int(time.time())}{os.getpid():07d}"
         restart = _int_or_zero(env.get("SLURM_RESTART_COUNT"), "SLURM_RESTART_COUNT")
-        root = Path(store) if store else default_store(env)
+        root, source = find_store(env, store)
         event_file = job_event_path(root, job_id)      # <store>/users/<uid>/<jobid>/events.jsonl
         if checkpoint_dir:
             ckpt = Path(checkpoint_dir)
@@ -97,7 +111,7 @@ class JobContext:
             ckpt = Path(env[ENV_CKPT_DIR])
         else:  # the job's working directory (sbatch -D, else the submit directory)
             ckpt = Path(os.getcwd()) / "checkpoints" / job_id
-        return cls(job_id, restart, root, event_file, ckpt, bool(slurm_id))
+        return cls(job_id, restart, root, event_file, ckpt, bool(slurm_id), source)
 
     def child_env(self, signame: str, request_file: Path | None) -> dict[str, str]:
         """Variables exported to the training program."""

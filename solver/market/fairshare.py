@@ -6,7 +6,7 @@ timestamp, which with Unix times makes rho-hat 1 + 1e-7 for every job), appended
 ``(round, FT_i)``.  The policy uses the reference's share ``s = min(1, G/N)`` (N counts jobs, as the paper's rho
 does); ``gpu_share`` (``min(1, G / sum_j g_j)``, the equal time share when gangs count by their GPUs) is kept for
 comparison: as the target it made 36-44% of jobs unfair on generated traces (docs/performance.md), so gangs get
-their GPU-time through the market's weights instead (solver/policies/shockwave.py).  The smoothed target is
+their GPU-time through the market's weights instead (solver/policies/shockwave_paper.py).  The smoothed target is
 
     F-bar_i = 0.9 * sum_j pi_j * FT_i^(j) + 0.1 * FT_i^(latest)
 
@@ -26,6 +26,34 @@ def uniform_share(num_gpus: int, num_jobs: int) -> float:
     if num_jobs <= 0:
         return 1.0
     return min(1.0, max(num_gpus, 1) / num_jobs)
+
+
+def user_shares(num_gpus: int, jobs) -> tuple[dict, dict]:
+    """Fair shares between users, not jobs: ({job: share s_i}, {job: market budget B_i}).
+
+    Each user u (all jobs with the same JobView.user) holds the budget B_u = the mean weight of its jobs (the
+    Slurm backend gives every job its user's and account's shares; 1 by default) and gets the part
+    p_u = B_u / sum_v B_v of the cluster, split among its active jobs by their weights (equally when equal):
+    s_i = min(1, G p_u w_i / W_u) and the market budget B_i = N p_u w_i / W_u (W_u: the weights of u's jobs;
+    N active jobs, so budgets average 1).  A user who splits one job into ten gets ten jobs of a tenth of the
+    share each: splitting buys nothing.  With one user and equal weights this is the reference's
+    s = min(1, G/N) and B_i = 1."""
+    jobs = list(jobs)
+    if not jobs:
+        return {}, {}
+    per_user: dict = {}
+    for j in jobs:
+        per_user.setdefault(j.user, []).append(j)
+    weight = {j.job_id: max(float(j.weight), 1e-9) for j in jobs}
+    budget = {u: sum(weight[j.job_id] for j in js) / len(js) for u, js in per_user.items()}
+    total, n = sum(budget.values()), len(jobs)
+    shares, budgets = {}, {}
+    for u, js in per_user.items():
+        part, w_u = budget[u] / total, sum(weight[j.job_id] for j in js)
+        for j in js:
+            shares[j.job_id] = min(1.0, max(num_gpus, 1) * part * weight[j.job_id] / w_u)
+            budgets[j.job_id] = n * part * weight[j.job_id] / w_u
+    return shares, budgets
 
 
 def gpu_share(num_gpus: int, gangs) -> float:

@@ -155,9 +155,10 @@ def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: i
 def max_min_round(jobs: Sequence, num_gpus) -> list:
     """Fallback allocation for one round: least attained run time per unit weight first, while it fits.
 
-    ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time[, gpu type asked for]); ``num_gpus``: the
-    free GPUs, a number or {type: count} (solver/placement.py).  Repeated every round, this is a
-    round-robin that equalises weighted attained service (max-min fairness in time) and never exceeds capacity.
+    ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time[, gpu type asked for[, {type: it/s}]]);
+    ``num_gpus``: the free GPUs, a number or {type: count} (solver/placement.py: with speeds, the fastest type).
+    Repeated every round, this is a round-robin that equalises weighted attained service (max-min fairness in time)
+    and never exceeds capacity.
     """
     packer = Packer(num_gpus)
     return [jid for jid, g, rt, w, arr, *gpu_type in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0])))

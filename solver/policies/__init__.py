@@ -3,6 +3,6 @@ and the registry finds it.  `make_policy(name)` builds one by name."""
 from __future__ import annotations
 
 from .base import Policy
-from .registry import all_policies, make_policy, policy_class, policy_names
+from .registry import all_policies, default_policy, make_policy, policy_class, policy_names
 
-__all__ = ["Policy", "all_policies", "make_policy", "policy_class", "policy_names"]
+__all__ = ["Policy", "all_policies", "default_policy", "make_policy", "policy_class", "policy_names"]

@@ -7,7 +7,7 @@ may reuse names freely.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 from pydantic import BaseModel
 
@@ -23,6 +23,7 @@ class Policy:
     config_model: ClassVar[type[BaseModel] | None] = None   # its settings (pydantic v2), None: it has none
     baseline: ClassVar[bool] = False                    # shown beside Shockwave in the study's tables
     order: ClassVar[int] = 100                          # listings: lower first, then by name
+    default: ClassVar[bool] = False                     # THE default policy (simulate, the controller): one class
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -33,10 +34,13 @@ class Policy:
             from .registry import register
             register(cls)
 
-    def __init__(self, config: BaseModel | None = None) -> None:
-        """``config``: an instance of ``config_model``, or None for its defaults."""
-        if config is None and self.config_model is not None:
-            config = self.config_model()
+    def __init__(self, config: BaseModel | Mapping | None = None) -> None:
+        """``config``: an instance of ``config_model``, a mapping it validates, or None for its defaults."""
+        if self.config_model is not None:
+            if config is None:
+                config = self.config_model()
+            elif isinstance(config, Mapping):
+                config = self.config_model.model_validate(dict(config))
         self.config = config
 
     def decide(self, view):  # pragma: no cover - interface

@@ -14,5 +14,5 @@ class Fifo(TimeFractionPolicy):
 
     def allocate(self, view):
         packer = Packer(view.capacity)
-        return {job.job_id: 1.0 if packer.take(job.num_gpus, job.gpu_type) else 0.0
+        return {job.job_id: 1.0 if packer.take_job(job) else 0.0
                 for job in sorted(view.jobs, key=lambda j: (j.arrival_time, str(j.job_id)))}

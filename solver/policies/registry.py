@@ -57,6 +57,14 @@ def all_policies() -> list[type]:
     return sorted(_classes.values(), key=lambda c: (c.order, c.name))
 
 
+def default_policy() -> type:
+    """The one class marked ``default = True`` (the controller's and `simulate`'s policy unless told)."""
+    found = [c for c in all_policies() if c.default]
+    if len(found) != 1:
+        raise RuntimeError(f"exactly one policy must be the default, found {[c.name for c in found]}")
+    return found[0]
+
+
 def policy_names() -> list[str]:
     return [c.name for c in all_policies()]
 

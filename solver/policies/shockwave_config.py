@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PosInt = Annotated[int, Field(ge=1)]
 
@@ -35,9 +35,6 @@ class ShockwaveConfig(BaseModel):
     rhomax: float = Field(1.0, gt=0.0, le=100.0)
     reopt_rounds: int = Field(8, ge=1, le=1000)
     starvation_rounds: PosInt | None = Field(None, le=100000)
-    # critical path: a job with (1 + critical_margin) x predicted remaining >= the online makespan bound runs in
-    # every round of the window (docs/makespan-gap.md); the margin is bench/probe_deadline.py's, never tuned
-    critical_margin: float = Field(0.15, ge=0.0, le=10.0)
     solver: Literal["highs", "gurobi"] = "highs"
     solver_timeout: float = Field(15.0, gt=0.0, le=86400.0)
     solver_rel_gap: float = Field(1e-3, ge=0.0, le=1.0)
@@ -66,12 +63,14 @@ class ShockwaveConfig(BaseModel):
             raise ValueError("must be distinct numbers in [0, 1] including 0 and 1")
         return tuple(b)
 
-    def __init__(self, **data) -> None:
-        if "lambda_" in data and "lambda" not in data:
-            data["lambda"] = data.pop("lambda_")
-        if "k" in data and "k_norm" not in data:
-            data["k_norm"] = None        # an explicit absolute k (the reference's configs) is used as given
-        super().__init__(**data)     # a pydantic ValidationError: the caller words it (slurm_shockwave.validation)
+    @model_validator(mode="before")
+    @classmethod
+    def _absolute_k(cls, data):
+        """An explicit absolute k (the reference's configs) is used as given: it means k_norm = None.  (Every way
+        in, constructor or model_validate; a pydantic ValidationError is worded by the caller.)"""
+        if isinstance(data, Mapping) and "k" in data and "k_norm" not in data:
+            data = {**data, "k_norm": None}
+        return data
 
     @property
     def starvation_bound_rounds(self) -> int:

@@ -8,6 +8,8 @@ set of jobs to run each round (docs/reference.md §7.1; Gavel's `_update_priorit
   X_i x 1e9 before any time was accounted; jobs are taken greedily by (priority, deficit, X), highest
   first, while their gang fits.  A job that arrived after the last recomputation has no X yet: it is
   counted against the free GPUs when reached (last, with priority 0) but not started, as in Gavel.
+- Several GPU types: X is for the cluster's total (type-unaware); each gang goes to the fastest type with room
+  for it, in priority order (solver/placement.py).  gavel_het.py is Gavel's per-type form.
 - Times are measured from the first round this policy saw (Gavel's simulated clock starts at 0), so the
   decisions do not depend on the clock's origin (Unix times in the controller).
 """
@@ -62,7 +64,8 @@ class TimeFractionPolicy(Policy):
             self._reset(now, half)
             self.allocation = dict(self.allocate(view))
             self.need_update = False
-        return RoundDecision(run=tuple(self._select(view, active)))
+        placement = self._select(view, active)
+        return RoundDecision(run=tuple(placement), placement=placement)
 
     def _reset(self, now: float, half: float) -> None:
         elapsed = now - self.last_reset
@@ -82,18 +85,18 @@ class TimeFractionPolicy(Policy):
         fraction = self.job_time[job.job_id] / self.worker_time if self.worker_time else 0.0
         return x / fraction if fraction > 0 else x * 1e9
 
-    def _select(self, view: ClusterView, active: dict) -> list:
+    def _select(self, view: ClusterView, active: dict) -> dict:
+        """{job: {type: GPUs}} of the round, in priority order."""
         entries = [(self.priority(active[j]), self.deficits[j], self.allocation.get(j, 0.0), j) for j in self._order]
         entries.sort(key=lambda e: e[:3], reverse=True)
-        packer, run = Packer(view.capacity), []
+        packer, run = Packer(view.capacity), {}
         for *_key, job_id in entries:
             if packer.total == 0:
                 break
             job = active[job_id]
-            if job.throughput <= 0 or packer.take(job.num_gpus, job.gpu_type) is None:
-                continue
-            if job_id in self.allocation:
-                run.append(job_id)
+            t = packer.take_job(job) if job.throughput > 0 else None
+            if t is not None and job_id in self.allocation:
+                run[job_id] = {t: job.num_gpus}
         return run
 
     def state_dict(self) -> dict:

@@ -1,0 +1,161 @@
+"""The 120-job trace on a real 32-GPU local Slurm cluster (8 slurmd), real vs simulated, per policy (issue 23).
+
+    nice -n 5 .venv/bin/python bench/replay.py --time-scale 30                 (as root; ~15 min per policy)
+    .venv/bin/python bench/replay.py --time-scale 30 --policies slurm --no-doc   (one policy, no doc)
+
+Runs `shockwave replay` (slurm_shockwave/replay/) for each policy one after the other (default: the default
+Shockwave policy, then plain Slurm), keeps each result as JSON under bench/results/replay/, and writes
+docs/replay.md: for each run the real and simulated figures side by side, the time scale, the machine's load
+before and after, the wall time and the command, and whether the targets hold (makespan and average JCT within
+5% of the simulator, unfair fraction within 3 points; real Shockwave better than real plain Slurm on makespan,
+average JCT, worst rho and unfair fraction).  `--from-json A.json B.json` rewrites the doc from kept results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_shockwave.data_files import DEFAULT_EXPERIMENT, experiment_paths  # noqa: E402
+from slurm_shockwave.replay.api import replay  # noqa: E402
+from slurm_shockwave.replay.compare import render_markdown  # noqa: E402
+from slurm_shockwave.strict_json import dumps  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "replay"
+DOC = ROOT / "docs" / "replay.md"
+HEADLINE = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
+
+
+def targets(res: dict) -> list[str]:
+    d = res["deviation"]
+    ok = lambda b: "**yes**" if b else "**no**"  # noqa: E731
+    return [f"makespan within 5% of the simulator: {ok(abs(d['makespan_s']) <= 0.05)} ({100 * d['makespan_s']:+.1f}%)",
+            f"average JCT within 5%: {ok(abs(d['avg_jct_s']) <= 0.05)} ({100 * d['avg_jct_s']:+.1f}%)",
+            f"unfair fraction within 3 points: {ok(abs(d['unfair_fraction']) <= 3.0)} "
+            f"({d['unfair_fraction']:+.1f} points)"]
+
+
+def versus(sw: dict, plain: dict) -> list[str]:
+    out = []
+    for kind in ("real", "simulated"):
+        a, b = sw[kind], plain[kind]
+        better = [k for k in HEADLINE if a[k] < b[k] or (a[k] == b[k] == 0 and k == "unfair_fraction")]
+        out.append(f"{kind}: Shockwave better than plain Slurm on {len(better)} of 4 "
+                   f"({', '.join(better) or 'none'}): makespan {a['makespan_s']:,.0f} vs {b['makespan_s']:,.0f} s, "
+                   f"average JCT {a['avg_jct_s']:,.0f} vs {b['avg_jct_s']:,.0f} s, worst rho {a['worst_rho']:.3f} vs "
+                   f"{b['worst_rho']:.3f}, unfair {a['unfair_fraction']:.1f}% vs {b['unfair_fraction']:.1f}%")
+    return out
+
+
+def section(res: dict) -> str:
+    load = " / ".join(f"{x:.1f}" for x in res["load_before"]) + " before, " + \
+        " / ".join(f"{x:.1f}" for x in res["load_after"]) + " after"
+    real = res["real"]
+    extra = (f"restart cost measured {res['restart_cost_s']:.0f} trace s (mean of {real['restart_cost_n']} "
+             f"restarts: release to work resumed), checkpoint {real.get('checkpoint_s') or 0:.0f} trace s, "
+             f"first-start latency {real.get('start_latency_s') or 0:.0f} trace s"
+             if res.get("restart_cost_s") else f"first-start latency {real.get('start_latency_s') or 0:.0f} trace s")
+    return (f"### policy {res['policy']}, time scale {res['time_scale']:g}\n\n"
+            f"    {res.get('command') or 'shockwave replay'}\n\n"
+            f"{res['date']}; Slurm {res['slurm_version']}; {res['jobs']} jobs, {res['gpus']} GPUs on {res['nodes']} "
+            f"nodes, {res['users']} users; rounds {res['round_seconds']:g} s; wall {res['wall_s']:.0f} s "
+            f"({res['wall_s'] / 60:.1f} min); load average (1/5/15 min) {load} on {res['cpus']} cores; {extra}; "
+            f"{real.get('rounds') or '-'} controller rounds.\n\n"
+            + render_markdown(res) + "\n\n" + "\n".join(f"- {t}" for t in targets(res)) + "\n")
+
+
+def write_doc(results: list[dict], notes: str = "") -> None:
+    plain = [r for r in results if r["policy"] == "slurm"]
+    sw = [r for r in results if r["policy"] != "slurm" and plain and r["time_scale"] == plain[-1]["time_scale"]]
+    parts = [DOC_HEAD, *(section(r) for r in results)]
+    if sw and plain:
+        parts.append(f"### Shockwave vs plain Slurm (time scale {plain[-1]['time_scale']:g})\n\n"
+                     + "\n".join(f"- {t}" for t in versus(sw[-1], plain[-1])) + "\n")
+    if notes:
+        parts.append(notes)
+    DOC.write_text("\n".join(parts))
+
+
+DOC_HEAD = """# Real Slurm at the paper's scale: replay vs simulator
+
+Written by `bench/replay.py` (issue 23). `shockwave replay` starts a local Slurm cluster of 8 slurmd with 4 fake
+GPUs each, submits every job of the bundled 120-job trace at its arrival / S (S: the time scale) as one of 4
+users, round robin, and runs it to the end: with the controller in authoritative mode (rounds of 120 s / S) or,
+for policy `slurm`, with no controller (Slurm's multifactor priority and backfill; fair-share is configured but
+inert without slurmdbd). Every job is an emulated training program (`slurm_shockwave/replay/emujob.py`) under
+the real wrapper (`shockwave-run`), reporting every epoch through the Training API to the real event store,
+checkpointing after each epoch (every k-th for epochs shorter than 0.25 s of wall time) and on Slurm's signal,
+and resuming after the requeue; an epoch sleeps its profiled duration at its batch size (GNS / Accordion
+schedule) on its GPUs, divided by S. The replay fails if a job does not complete, an epoch is lost or repeated,
+or a daemon is left behind.
+
+The simulated column runs the same trace (same users) in the simulator with the restart cost measured in the
+real run (from the controller's release of a requeued job to the moment its program resumes work) as the
+restart penalty and as the preemption gate's cost; plain Slurm is simulated by the `slurm-multifactor` model when
+the policy registry has it, otherwise by first come first served with backfill in continuous time (a gang on one
+node). All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
+`slurm_shockwave/replay/collect.py`.
+
+## Runs
+"""
+
+
+def resimulate(res: dict) -> None:
+    """The simulated column again, from the result's own inputs (a fix of the model after the run)."""
+    from slurm_shockwave.replay import compare
+    from slurm_shockwave.replay.api import load
+    thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
+    _jobs, specs, table = load(res["trace"], thr, res["gpus"], res["users"])
+    cost = res.get("restart_cost_s")
+    res["simulated"] = compare.simulate(specs, table, res["gpus"], res["nodes"], res["policy"],
+                                        cost if cost is not None else 20.0)
+    res["deviation"] = compare.deviation(res["real"], res["simulated"])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--time-scale", type=float, default=30.0)
+    ap.add_argument("--policies", default="default,slurm", help="comma-separated; 'default': the default policy")
+    ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--from-json", nargs="*", default=None, help="rewrite the doc from these kept results")
+    ap.add_argument("--notes", default="", help="a file whose text is appended to the doc (the reading)")
+    ap.add_argument("--resim", action="store_true", help="with --from-json: recompute the simulated columns (the "
+                                                         "simulator's inputs are in the result: trace, restart cost)")
+    args = ap.parse_args(argv)
+    notes = Path(args.notes).read_text() if args.notes else ""
+    if args.from_json:
+        results = [json.loads(Path(p).read_text()) for p in args.from_json]
+        if args.resim:
+            for res in results:
+                resimulate(res)
+        write_doc(results, notes)
+        return
+    from slurm_shockwave.policy_settings import default_name
+    results = []
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for p in [x.strip() for x in args.policies.split(",") if x.strip()]:
+        policy = default_name() if p == "default" else p
+        cmd = ["--time-scale", f"{args.time_scale:g}", "--policy", policy]
+        paths = experiment_paths(DEFAULT_EXPERIMENT)
+        res = replay(str(paths["trace"]), str(paths["throughputs"]),
+                     gpus=32, nodes=8, time_scale=args.time_scale, policy=policy, users=4,
+                     out=lambda m: print(m, flush=True), argv=["replay", *cmd])
+        res["command"] = "shockwave replay " + " ".join(cmd)
+        path = RESULTS / f"{policy}-s{args.time_scale:g}-{time.strftime('%Y%m%d-%H%M')}.json"
+        path.write_text(dumps(res, indent=1))
+        print(f"{policy}: wall {res['wall_s']:.0f} s; deviation {res['deviation']}; kept {path}", flush=True)
+        results.append(res)
+    if not args.no_doc:
+        write_doc(results, notes)
+        print(f"wrote {DOC}")
+    print(f"load average at the end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""What the two Shockwave policies share (ShockwavePaper: the paper's market decides; ShockwaveEDF: the default,
+earliest fair-finish deadline first).  Not a policy itself (no label, so the registry does not list it).
+
+* Estimates: the Bayesian predictor's remaining time per job (its predicted batch-size regimes' epoch durations,
+  solver/predictor.py); the finished part of the current epoch counts as done; a finishing job (every epoch
+  reported, still running: evaluation, final checkpoint) has its measured remaining time, else half a round.
+* Fair-finish targets: F-bar, Shockwave's momentum-smoothed fair-share finish time (solver/market/fairshare.py),
+  re-estimated when jobs arrive or leave, relative to each job's own arrival (this project's clock fix:
+  shifting the clock's origin changes nothing).  rho-hat = (age + R/s) / F-bar.  Shares are between users, not
+  jobs (fairshare.user_shares: a user's jobs split the user's share and budget, so splitting a job buys
+  nothing); with one user, the reference's s = min(1, G/N).
+* The window plan: a plan of W rounds made when jobs arrive or leave and every ``reopt_rounds`` rounds, played
+  from a cache in between, with the rule that placed each job in each round (types.RULES); GPUs freed since the
+  plan was made go to the policy's own fill order.
+* No starvation (this project's fix, kept by both): a job that has not run for B = ``starvation_rounds`` rounds
+  (default 2W) runs first, longest wait first, head of line never skipped; it waits at most
+  B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (docs/performance.md).
+* The fallback when there is neither a plan nor a solution: least attained service first (max_min_round).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Mapping
+
+from solver.market.fairshare import FairShareTracker, rho_hat, user_shares
+from solver.market.plan import max_min_round
+from solver.placement import Packer
+from solver.policies.base import Policy
+from solver.predictor import RegimeSummary, done_duration_from_summary, predict_remaining
+from solver.types import ClusterView, JobPlan, RoundDecision
+
+log = logging.getLogger("solver.market")
+
+
+class ShockwaveBase(Policy):
+    """Subclasses give `_fill_order` (who takes GPUs freed since the plan was made, with per-job details for
+    explain) and `_plan_window` (sets plan, plan_rules, plan_meta; may raise: the cached plan, else the fallback,
+    is used)."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.fairshare = FairShareTracker()
+        self.known_jobs: set = set()
+        self.plan: dict[int, list] = {}          # absolute round -> job ids
+        self.plan_rules: dict[int, dict] = {}    # absolute round -> {job id: the rule that placed it}
+        self.plan_meta: dict = {}                # job id -> details from the last plan (rho-hat, weight, rounds)
+        self.last_solve_round: int | None = None
+        self.last_solve_time = 0.0
+        self.last_status = ""
+        self.summaries: dict[str, RegimeSummary] = {}   # per job: running regime counts (O(1) per new epoch)
+        self.last_ran: dict[str, int] = {}             # per job: last round it ran (or first seen - 1)
+        self.budgets: dict = {}                        # per job: its market budget this round (user_shares)
+
+    # ------------------------------------------------------------------ state (a controller restart keeps it)
+    def state_dict(self) -> dict:
+        return {
+            "version": 2, "policy": self.name,
+            "fairshare": self.fairshare.state_dict(),
+            "known_jobs": sorted(self.known_jobs, key=str),
+            "plan": [[r, list(ids)] for r, ids in sorted(self.plan.items())],
+            "plan_rules": [[r, [[j, rule] for j, rule in rules.items()]] for r, rules in sorted(self.plan_rules.items())],
+            "plan_meta": [[jid, dict(m)] for jid, m in self.plan_meta.items()],
+            "last_solve_round": self.last_solve_round,
+            "last_ran": dict(self.last_ran),
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.fairshare.load_state_dict(state.get("fairshare", {}))
+        self.known_jobs = set(state.get("known_jobs", []))
+        self.last_ran = {str(k): int(v) for k, v in dict(state.get("last_ran", {})).items()}
+        self.summaries = {}
+        if state.get("policy", self.name) == self.name:      # another policy's plan is not this one's
+            self.plan = {int(r): list(ids) for r, ids in state.get("plan", [])}
+            self.plan_rules = {int(r): {j: rule for j, rule in rules} for r, rules in state.get("plan_rules", [])}
+            self.plan_meta = {jid: dict(m) for jid, m in state.get("plan_meta", [])}
+            lsr = state.get("last_solve_round")
+            self.last_solve_round = None if lsr is None else int(lsr)
+        if int(state.get("version", 1)) < 2:
+            # version 1 kept F-bar as absolute times: start the targets again (relative to arrival)
+            self.fairshare = FairShareTracker()
+            self.known_jobs = set()
+
+    # ------------------------------------------------------------------ decide
+    def decide(self, view: ClusterView) -> RoundDecision:
+        try:
+            return self._decide(view)
+        except Exception:  # never raise out of decide(): least attained service first instead
+            log.exception("%s: decide failed in round %s; max-min fallback", self.name, view.round_index)
+            try:
+                return self._fallback(view, {}, "fallback", 0.0)
+            except Exception:
+                log.exception("%s: fallback failed", self.name)
+                return RoundDecision((), path="fallback")
+
+    def _decide(self, view: ClusterView) -> RoundDecision:
+        r = int(view.round_index)
+        self._track(view, r)
+        est = self._estimates(view)
+        share, self.budgets = user_shares(view.num_gpus, view.jobs)       # {job: s_i}, {job: market budget B_i}
+        changed = self._targets(view, est, share, r)
+        if not view.jobs:
+            self.plan, self.plan_meta, self.plan_rules = {}, {}, {}
+            return RoundDecision((), path="idle")
+        fill, fresh = self._fill_order(view, est, r)
+        need = (changed or r not in self.plan or self.last_solve_round is None
+                or r - self.last_solve_round >= self.config.reopt_rounds or r < self.last_solve_round)
+        path, solve_time = "cached", 0.0
+        if need:
+            t0 = time.perf_counter()
+            try:
+                self._plan_window(view, est, share, fill, fresh)
+                self.last_solve_round = r
+                path = "solved"
+            except Exception as exc:
+                log.warning("%s: window plan failed in round %d (%s)", self.name, r, exc)
+                path = "cached" if r in self.plan else "fallback"
+            solve_time = time.perf_counter() - t0
+        if path == "fallback":
+            return self._fallback(view, est, path, solve_time)
+        return self._from_plan(view, est, path, solve_time, fill, fresh)
+
+    def _track(self, view: ClusterView, r: int) -> None:
+        """When each job last ran; forget jobs that left."""
+        keys = set()
+        for j in view.jobs:
+            key = str(j.job_id)
+            keys.add(key)
+            if key not in self.last_ran:
+                self.last_ran[key] = r - 1
+            elif j.ran_last_round:
+                self.last_ran[key] = max(self.last_ran[key], r - 1)
+        for key in [k for k in self.last_ran if k not in keys]:
+            del self.last_ran[key]
+        for key in [k for k in self.summaries if k not in keys]:
+            del self.summaries[key]
+
+    def _targets(self, view: ClusterView, est: dict, share: dict, r: int) -> bool:
+        """Re-estimate the fair-finish targets when the active set changed (True) or a job has none yet."""
+        active = {j.job_id for j in view.jobs}
+        changed = active != self.known_jobs
+        missing = [j for j in view.jobs if not self.fairshare.has(j.job_id)]
+        if changed or missing:
+            targets = view.jobs if changed else missing
+            self.fairshare.reestimate(r, {j.job_id: (est[j.job_id]["done"] + est[j.job_id]["raw"]) / share[j.job_id]
+                                          for j in targets})
+            self.fairshare.forget(active)
+            self.known_jobs = active
+        return changed
+
+    def _estimates(self, view: ClusterView) -> dict:
+        est = {}
+        D = float(view.round_length)
+        for j in view.jobs:
+            key = str(j.job_id)
+            summ = self.summaries.get(key)
+            if summ is None:
+                summ = self.summaries[key] = RegimeSummary()
+            pred = predict_remaining(j, summary=summ)
+            E = float(max(j.total_epochs, 1))
+            frac = 0.0
+            if j.total_steps > 0 and j.total_epochs > 0:
+                frac = min(max(j.total_epochs * j.steps_done / j.total_steps - j.epochs_done, 0.0), 1.0)
+            if j.epochs_done >= j.total_epochs and j.total_epochs > 0:
+                left = j.steps_remaining / j.throughput if j.throughput > 0 and j.total_steps > 0 else 0.0
+                raw = rem = left if left > 0 else D / 2
+                progress = E - 0.5
+            else:
+                raw = max(pred.remaining_s, 0.0)
+                cur_d = pred.durations.get(int(j.batch_size))
+                if cur_d is None:
+                    cur_d = raw / max(E - j.epochs_done, 1.0)
+                rem = max(raw - frac * cur_d, 1e-3)
+                progress = min(j.epochs_done + frac, E - 0.5)
+            est[j.job_id] = {"raw": raw, "remaining": rem, "progress": progress, "epochs": E,
+                             "finishing": j.epochs_done >= j.total_epochs > 0,
+                             "done": done_duration_from_summary(summ, pred.durations)}
+        return est
+
+    def _due(self, view: ClusterView, r: int) -> dict:
+        """Seconds from now to each job's fair-finish deadline (arrival + F-bar); inf without a target."""
+        out = {}
+        for j in view.jobs:
+            fb = self.fairshare.fbar(j.job_id, r)
+            out[j.job_id] = fb - (view.now - j.arrival_time) if fb is not None else math.inf
+        return out
+
+    def _rho_hat(self, view: ClusterView, est: dict, share: dict, r: int) -> dict:
+        return {j.job_id: rho_hat(view.now - j.arrival_time, est[j.job_id]["remaining"], share[j.job_id],
+                                  self.fairshare.fbar(j.job_id, r)) for j in view.jobs}
+
+    def _waited(self, jid, r: int) -> int:
+        return r - self.last_ran.get(str(jid), r - 1) - 1
+
+    def user_caps(self, view: ClusterView) -> dict:
+        """Each user's share of the GPUs: G times its part of the budgets (fairshare.user_shares)."""
+        cap: dict = {}
+        for j in view.jobs:
+            cap[j.user] = cap.get(j.user, 0.0) + view.num_gpus * self.budgets.get(j.job_id, 1.0) / len(view.jobs)
+        return cap
+
+    def _guard(self, view: ClusterView, run: list, extra: list) -> tuple[list, list]:
+        """No-starvation guard: jobs that waited >= B rounds first (longest wait, then oldest), each user up to
+        its share of the GPUs (a user's first overdue job always counts: more jobs buy no more guard rounds),
+        head of line never skipped; then the planned jobs (``run``), then ``extra``, while they fit.  Returns
+        (run, overdue)."""
+        r, G, B = int(view.round_index), int(view.num_gpus), self.config.starvation_bound_rounds
+        jobs = {j.job_id: j for j in view.jobs}
+        overdue = [jid for jid in jobs if 0 < jobs[jid].num_gpus <= G and self._waited(jid, r) >= B]
+        if not overdue:
+            return run, []
+        overdue.sort(key=lambda i: (-self._waited(i, r), -(view.now - jobs[i].arrival_time), str(i)))
+        out, packer, cap, taken = [], Packer(view.capacity), self.user_caps(view), {}
+        for jid in overdue:
+            u, g = jobs[jid].user, jobs[jid].num_gpus
+            if taken.get(u, 0) and taken[u] + g > cap[u] + 1e-9:
+                continue
+            if packer.take_job(jobs[jid]) is None:
+                break
+            out.append(jid)
+            taken[u] = taken.get(u, 0) + g
+        chosen = set(out)
+        for capped in (True, False):          # then the plan: each user up to its share first, then what fits
+            for jid in list(run) + list(extra):
+                u, g = jobs[jid].user, jobs[jid].num_gpus
+                if jid in chosen or capped and taken.get(u, 0) + g > cap[u] + 1e-9:
+                    continue
+                if packer.take_job(jobs[jid]):
+                    out.append(jid)
+                    chosen.add(jid)
+                    taken[u] = taken.get(u, 0) + g
+        return out, overdue
+
+    def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float, fill: list,
+                   fresh: dict) -> RoundDecision:
+        """This round of the plan; GPUs freed since it was made go to `fill` (rule "backfill"); then the guard."""
+        r = int(view.round_index)
+        jobs = {j.job_id: j for j in view.jobs}
+        planned_rules = self.plan_rules.get(r, {})
+        run, packer, rule = [], Packer(view.capacity), {}
+        for jid in self.plan.get(r, []):
+            j = jobs.get(jid)
+            if j is not None and packer.take_job(j):
+                run.append(jid)
+                rule[jid] = planned_rules.get(jid, "market")
+        rest = [jid for jid in fill if jid not in set(run)]
+        cap, taken = self.user_caps(view), {}
+        for jid in run:
+            taken[jobs[jid].user] = taken.get(jobs[jid].user, 0) + jobs[jid].num_gpus
+        for capped in (True, False):          # each user up to its share first, then whatever fits
+            for jid in rest:
+                u, g = jobs[jid].user, jobs[jid].num_gpus
+                if jid in rule or capped and taken.get(u, 0) + g > cap[u] + 1e-9:
+                    continue
+                if packer.take_job(jobs[jid]):
+                    run.append(jid)
+                    rule[jid] = "backfill"
+                    taken[u] = taken.get(u, 0) + g
+        run, overdue = self._guard(view, run, rest)
+        for jid in run:
+            self.last_ran[str(jid)] = r
+        first = {}
+        for t in sorted(self.plan):
+            if t >= r:
+                for jid in self.plan[t]:
+                    first.setdefault(jid, t - r)
+        chosen, overdue_set = set(run), set(overdue)
+        plans = {}
+        for jid in jobs:
+            m = {**self.plan_meta.get(jid, {}), **fresh.get(jid, {})}
+            running = jid in chosen
+            plans[jid] = JobPlan(
+                jid, rule=("guard" if jid in overdue_set else rule.get(jid, "backfill")) if running else "",
+                predicted_remaining_s=est[jid]["remaining"], rho_hat=m.get("rho_hat"), weight=m.get("weight"),
+                rounds_planned=int(m.get("rounds_planned") or 0), next_offset=0 if running else first.get(jid),
+                fair_finish_in_s=m.get("fair_finish_in_s"), critical_path=bool(m.get("critical_path")),
+                waited_rounds=0 if running else self._waited(jid, r), overdue=jid in overdue_set)
+        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time, solver_status=self.last_status,
+                             window_rounds=self.config.future_rounds)
+
+    def _fallback(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
+        log.warning("%s: round %s uses the max-min fairness fallback", self.name, view.round_index)
+        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type,
+                 j.throughput_by_type) for j in view.jobs]          # older first on ties
+        run = max_min_round(rows, view.capacity)
+        for jid in run:
+            self.last_ran[str(jid)] = int(view.round_index)
+        chosen = set(run)
+        plans = {j.job_id: JobPlan(j.job_id, rule="fallback" if j.job_id in chosen else "",
+                                   next_offset=0 if j.job_id in chosen else None, weight=j.weight,
+                                   predicted_remaining_s=est.get(j.job_id, {}).get("remaining"))
+                 for j in view.jobs}
+        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time)

@@ -1,0 +1,217 @@
+"""A well-configured Slurm site: priority/multifactor, sched/backfill, no preemption (a running job keeps its
+GPUs until it ends).  slurm_preempt.py is the same site with PreemptMode=REQUEUE.
+
+Sources: Slurm's priority_multifactor and classic_fair_share pages, its sched_config page (backfill), and
+src/plugins/priority/multifactor/priority_multifactor.c (read, not copied).  Decided once per round, as every
+policy here.
+
+Priority (PriorityType=priority/multifactor; weights of the docs' "Configuration Example": PriorityWeightAge=1000,
+PriorityWeightFairshare=10000, PriorityWeightJobSize=1000, PriorityMaxAge=14-0, PriorityDecayHalfLife=14-0,
+PriorityFavorSmall=NO; one partition and no QOS, so those factors are equal for every job and left out):
+
+    priority = int(1000 * age + 10000 * fairshare + 1000 * size)      (at least 1, as Slurm's)
+    age       = min(1, (now - eligible) / PriorityMaxAge); eligible = arrival, reset when requeued
+    size      = GPUs / cluster GPUs (Slurm averages the job's node and CPU shares, both that share when a job's
+                CPUs follow its GPUs; 1 - that with PriorityFavorSmall=YES)
+    fairshare = 2^(-U / S)   (the classic factor, PriorityFlags=NO_FAIR_TREE; every user an association under
+                root with one share, where effective usage = usage: S = 1 / users seen, U = the user's decayed
+                GPU-seconds / everyone's)
+    usage     = usage * 2^(-dt / PriorityDecayHalfLife) + GPU-seconds run in the round (GPUs billed: the
+                TRESBillingWeights a GPU site sets)
+
+Jobs are taken by priority, then submission, then id; a running job keeps the priority it started with (Slurm
+recalculates pending jobs only, without PriorityFlags=CALCULATE_RUNNING).  A trace with one user (or none)
+gives every job the same fair-share factor, which then plays no role (issue 24 adds users to traces).
+
+Backfill (sched/backfill, conservative): every running job is expected to end at its start + its time limit;
+pending jobs in priority order each start now when their gang fits on one GPU type for their whole time limit
+without touching a reservation, else reserve the earliest such slot (within bf_window, 1440 min); only the first
+bf_max_job_test (100) are planned, a later one starts only in strict priority order.  The time limit is the
+user's estimate; we assume users ask for `time_limit_factor` (1.5) x the job's run time alone on its gang at its
+first batch size (its steps / throughput when first seen): the deadline guard of the simulator ends every job by
+1.5 x its exclusive run time, as Slurm ends a job at its limit.  A job past its limit is expected to end within
+the round.  Slurm reserves whole nodes; this model reserves GPUs.
+
+Several GPU types: a job starts on the type it asked for (`--gres=gpu:<type>:<n>`), else on any type it can run on
+whose GPUs are free earliest (ties: the most free GPUs, then by name), as Slurm places an untyped gres request
+without knowing speeds.  Its time limit is its run time on its reference type (JobView.throughput), so a job on a
+slower type runs past the end backfill expected (Slurm would cancel it at its limit; the simulator does not).
+"""
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..types import ClusterView, JobPlan, RoundDecision
+from .base import Policy
+from .slurm_backfill import Profile
+
+DAY = 86400.0
+
+
+class SlurmConfig(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid", frozen=True)
+
+    weight_age: int = Field(1000, ge=0, le=2**32 - 1, description="PriorityWeightAge")
+    weight_fairshare: int = Field(10000, ge=0, le=2**32 - 1, description="PriorityWeightFairshare")
+    weight_job_size: int = Field(1000, ge=0, le=2**32 - 1, description="PriorityWeightJobSize")
+    max_age_s: float = Field(14 * DAY, gt=0.0, description="PriorityMaxAge, seconds (the age factor's full value)")
+    decay_half_life_s: float = Field(14 * DAY, gt=0.0, description="PriorityDecayHalfLife, seconds (usage decay)")
+    favor_small: bool = Field(False, description="PriorityFavorSmall: the smaller job the larger size factor")
+    time_limit_factor: float = Field(1.5, ge=1.0, le=1000.0, description="the users' time limits: this x the "
+                                     "job's run time alone on its gang when first seen (backfill's estimate)")
+    bf_window_s: float = Field(DAY, gt=0.0, description="bf_window, seconds: how far ahead backfill reserves")
+    bf_max_job_test: int = Field(100, ge=1, description="bf_max_job_test: pending jobs backfill plans per round")
+
+
+class SlurmMultifactor(Policy):
+    name = "slurm-multifactor"
+    label = "Slurm"
+    description = "a Slurm site: multifactor priority (age, fair-share, size), backfill, no preemption."
+    config_model = SlurmConfig
+    baseline = True
+    order = 64
+    preempt = False               # PreemptMode=REQUEUE (slurm_preempt.py)
+
+    def __init__(self, config: SlurmConfig | None = None):
+        super().__init__(config)
+        self.usage: dict = {}          # user -> decayed GPU-seconds
+        self.users: dict = {}          # job -> [user, GPUs], kept a round after it ends: its last round is charged
+        self.limit: dict = {}          # job -> its time limit, s (None: no throughput known, no limit)
+        self.eligible: dict = {}       # job -> when it became eligible (arrival, or its last requeue)
+        self.started: dict = {}        # running job -> [start of its current run, priority it started with]
+        self.last_now: float | None = None
+
+    # ------------------------------------------------------------------ priority
+    def _charge(self, view: ClusterView) -> None:
+        """Decay every user's usage to now and add the GPU-seconds of the round that ended."""
+        if self.last_now is not None:
+            decay = 2.0 ** (-max(0.0, view.now - self.last_now) / self.config.decay_half_life_s)
+            self.usage = {u: x * decay for u, x in self.usage.items()}
+        self.last_now = float(view.now)
+        for j in view.jobs:
+            self.users[j.job_id] = [j.user, j.num_gpus]
+            self.usage.setdefault(j.user, 0.0)
+        for jid, seconds in view.last_round_run_time.items():
+            if jid in self.users:
+                user, gpus = self.users[jid]
+                self.usage[user] = self.usage.get(user, 0.0) + seconds * gpus
+
+    def fairshare(self, user: str) -> float:
+        total = sum(self.usage.values())
+        shares = 1.0 / max(1, len(self.usage))
+        return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares) if total > 0 else 1.0
+
+    def priority(self, view: ClusterView, job) -> int:
+        cfg = self.config
+        age = min(1.0, max(0.0, view.now - self.eligible.get(job.job_id, job.arrival_time)) / cfg.max_age_s)
+        size = min(1.0, job.num_gpus / view.num_gpus) if view.num_gpus else 0.0
+        if cfg.favor_small:
+            size = 1.0 - size
+        value = cfg.weight_age * age + cfg.weight_fairshare * self.fairshare(job.user) + cfg.weight_job_size * size
+        return max(1, int(value))
+
+    # ------------------------------------------------------------------ one round
+    def decide(self, view: ClusterView) -> RoundDecision:
+        self._charge(view)
+        cfg, now = self.config, float(view.now)
+        jobs = {j.job_id: j for j in view.jobs}
+        for j in view.jobs:
+            self.eligible.setdefault(j.job_id, j.arrival_time)
+            if j.job_id not in self.limit:
+                self.limit[j.job_id] = cfg.time_limit_factor * j.steps_remaining / j.throughput \
+                    if j.throughput > 0 else None
+        running = [j for j in view.jobs if j.ran_last_round]
+        for j in running:
+            self.started.setdefault(j.job_id, [now, self.priority(view, j)])
+        prio = {j.job_id: self.priority(view, j) for j in view.jobs if not j.ran_last_round}
+        pending = sorted(prio, key=lambda i: (-prio[i], jobs[i].arrival_time, str(i)))
+
+        profile, placement, ends = Profile(now, view.capacity), {}, {}
+        for j in sorted(running, key=lambda j: (self.started[j.job_id][0], str(j.job_id))):
+            start = self.started[j.job_id][0]
+            ends[j.job_id] = max(start + self._limit(j.job_id), now + view.round_length)
+            got = profile.earliest(j.num_gpus, self._types(view, j), view.round_length)
+            if got is None or got[0] > now:       # the cluster shrank under it: it cannot keep its GPUs
+                continue
+            placement[j.job_id] = {got[1]: j.num_gpus}
+            profile.add(got[1], -j.num_gpus, now, ends[j.job_id])
+
+        requeued, blocked = [], False
+        for rank, jid in enumerate(pending):
+            j = jobs[jid]
+            if rank >= cfg.bf_max_job_test and blocked:
+                break
+            duration = self._limit(jid)
+            got = profile.earliest(j.num_gpus, self._types(view, j), duration)
+            if (got is None or got[0] > now) and self.preempt:
+                got = self._preempt(view, profile, placement, ends, j, prio[jid], duration, requeued) or got
+            if got is not None and got[0] <= now:
+                placement[jid] = {got[1]: j.num_gpus}
+                profile.add(got[1], -j.num_gpus, now, now + duration)
+                self.started[jid] = [now, prio[jid]]
+                continue
+            blocked = True
+            if rank < cfg.bf_max_job_test and got is not None and got[0] - now < cfg.bf_window_s:
+                profile.add(got[1], -j.num_gpus, got[0], got[0] + duration)     # its reservation
+
+        for jid in requeued:                      # Slurm resets a requeued job's eligible (accrue) time
+            self.eligible[jid] = now
+        self.started = {k: v for k, v in self.started.items() if k in placement}
+        active = set(jobs)
+        for table in (self.limit, self.eligible):
+            for k in [k for k in table if k not in active]:
+                del table[k]
+        self.users = {k: v for k, v in self.users.items() if k in active}
+        run = tuple(sorted(placement, key=lambda k: (self.started[k][0], -self.started[k][1], str(k))))
+        return RoundDecision(run=run, placement=placement, plans={k: JobPlan(k, rule="policy") for k in run})
+
+    def _limit(self, job_id) -> float:
+        limit = self.limit.get(job_id)
+        return math.inf if limit is None else limit
+
+    @staticmethod
+    def _types(view: ClusterView, job) -> list:
+        """The types a job may start on: the one it asked for (a typed gres), else any type it can run on.  Slurm
+        knows no speeds: the earliest fit wins, not the fastest type (Profile.earliest)."""
+        if job.gpu_type is not None:
+            return [job.gpu_type]
+        return sorted(t for t in view.capacity if not job.throughput_by_type or t in job.throughput_by_type)
+
+    def _preempt(self, view, profile, placement, ends, job, prio, duration, requeued):
+        """PreemptMode=REQUEUE (slurm_preempt.py): requeue running jobs of lower priority, lowest first (the
+        youngest first among equals), until `job` fits now; nothing is requeued unless it then fits."""
+        now = float(view.now)
+        victims = sorted((k for k in placement if k not in requeued and self.started[k][1] < prio
+                          and k in ends), key=lambda k: (self.started[k][1], -self.started[k][0], str(k)))
+        freed = []
+        for k in victims:
+            (t, n), = placement[k].items()
+            profile.add(t, n, now, ends[k])
+            freed.append(k)
+            got = profile.earliest(job.num_gpus, self._types(view, job), duration)
+            if got is not None and got[0] <= now:
+                for v in freed:
+                    del placement[v]
+                    requeued.append(v)
+                return got
+        for k in freed:                            # it does not fit even so: requeue nobody
+            (t, n), = placement[k].items()
+            profile.add(t, -n, now, ends[k])
+        return None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"usage": [[k, v] for k, v in self.usage.items()], "users": [[k, v] for k, v in self.users.items()],
+                "limit": [[k, v] for k, v in self.limit.items()],
+                "eligible": [[k, v] for k, v in self.eligible.items()],
+                "started": [[k, v] for k, v in self.started.items()], "last_now": self.last_now}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.usage = {k: float(v) for k, v in state["usage"]}
+        self.users = {k: list(v) for k, v in state["users"]}
+        self.limit = {k: None if v is None else float(v) for k, v in state["limit"]}
+        self.eligible = {k: float(v) for k, v in state["eligible"]}
+        self.started = {k: list(v) for k, v in state["started"]}
+        self.last_now = state["last_now"]

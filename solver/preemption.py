@@ -1,0 +1,133 @@
+"""The preemption gate: a running job that lost its round is preempted only when the preemption pays.
+
+A preemption costs the job a checkpoint, a requeue and a restart (`cost_s`: measured per job from its own
+events by the backend, a default before the first measurement).  It pays only when the plan keeps the job off
+its GPUs for longer than that cost; a job within its last round of work is never preempted (it would be done
+before the cost is recovered).  A job the gate keeps takes its GPUs back from the jobs the decision starts
+this round (the last of the run order first: policies list their run set in priority order); when those do
+not free enough GPUs of its type it is preempted after all.
+
+A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
+next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
+loop and the controller alike.
+
+Pure: numbers in, decision out (no I/O, no backend).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from .placement import Packer
+from .types import ClusterView, JobPlan, JobView, RoundDecision
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether preempting one job pays, and why (one human line)."""
+
+    pays: bool
+    why: str
+    cost_s: float
+    off_s: float | None          # seconds the plan keeps it off its GPUs (None: beyond the planned window)
+    remaining_s: float | None
+
+
+def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
+    """The job's predicted remaining run time: its plan's, else its view's steps left at its throughput."""
+    if plan is not None and plan.predicted_remaining_s is not None and math.isfinite(plan.predicted_remaining_s):
+        return max(0.0, float(plan.predicted_remaining_s))
+    if job.throughput > 0 and math.isfinite(job.throughput):
+        return job.steps_remaining / job.throughput
+    return None
+
+
+def verdict(off_s: float | None, cost_s: float, left_s: float | None, round_length: float,
+            measured: bool = True) -> Verdict:
+    """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window)."""
+    source = "measured" if measured else "default"
+    if left_s is not None and left_s <= round_length:
+        return Verdict(False, f"within its last round of work ({left_s:.0f} s left)", cost_s, off_s, left_s)
+    if off_s is not None and off_s <= cost_s:
+        return Verdict(False, f"planned again in {off_s:.0f} s, sooner than its preemption cost "
+                              f"({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
+    off = f"off for {off_s:.0f} s" if off_s is not None else "not planned in the window"
+    return Verdict(True, f"{off}, more than its preemption cost ({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
+
+
+def wasted(left_s: float | None, round_length: float, restarted_at: float | None = None,
+           boundary: float | None = None) -> str | None:
+    """Why a preemption was wasted ("last_round", "restarted_early"), or None when it was not."""
+    if left_s is not None and left_s <= round_length:
+        return "last_round"
+    if restarted_at is not None and boundary is not None and restarted_at < boundary:
+        return "restarted_early"
+    return None
+
+
+def gate(view: ClusterView, decision: RoundDecision, costs: Mapping, default_cost_s: float,
+         stopping=frozenset()) -> tuple[RoundDecision, dict]:
+    """(the decision with the jobs whose preemption would not pay kept running, {job: Verdict} of every job
+    that lost its round).  The plan of each judged job carries the verdict's line in `reason` (the controller's
+    annotations complete it).  `costs`: measured preemption cost per job (seconds); `stopping`: jobs whose
+    preemption is already under way (neither kept nor judged again)."""
+    run = list(decision.run)
+    placement = {j: dict(p) for j, p in decision.placement.items()}
+    plans = dict(decision.plans)
+    jobs = {j.job_id: j for j in view.jobs}
+    lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in set(run) and j.job_id not in stopping]
+    verdicts = {}
+    for j in lost:
+        plan = plans.get(j.job_id)
+        off = plan.next_offset * view.round_length if plan is not None and plan.next_offset else None
+        measured = j.job_id in costs and costs[j.job_id] is not None
+        cost = float(costs[j.job_id]) if measured else float(default_cost_s)
+        verdicts[j.job_id] = verdict(off, cost, remaining_s(j, plan), view.round_length, measured)
+    # the jobs closest to their end first: they lose the most by a preemption
+    for j in sorted(lost, key=lambda j: (verdicts[j.job_id].remaining_s is None,
+                                         verdicts[j.job_id].remaining_s or 0.0, str(j.job_id))):
+        v = verdicts[j.job_id]
+        if v.pays:
+            continue
+        evict = _make_room(view, jobs, run, placement, j)
+        if evict is None:
+            verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to running jobs")
+            continue
+        for e in evict:
+            run.remove(e)
+            placement.pop(e)
+            old = plans.get(e) or JobPlan(e)
+            plans[e] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset)
+        t = Packer(_free(view, placement)).take_job(j)
+        run.append(j.job_id)
+        placement[j.job_id] = {t: j.num_gpus}
+        plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0,
+                                  reason=v.why)
+    for jid, v in verdicts.items():
+        if v.pays:
+            plans[jid] = replace(plans.get(jid) or JobPlan(jid), reason=v.why)
+    return replace(decision, run=tuple(run), placement=placement, plans=plans), verdicts
+
+
+def _free(view: ClusterView, placement: Mapping) -> dict:
+    free = {t: int(n) for t, n in view.capacity.items()}
+    for by_type in placement.values():
+        for t, n in by_type.items():
+            free[t] = free.get(t, 0) - n
+    return free
+
+
+def _make_room(view, jobs, run, placement, job) -> list | None:
+    """The newly started jobs to take out of the run set (last first) so that `job` fits; None if it cannot."""
+    free = _free(view, placement)
+    evict = []
+    newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round]
+    while not Packer(free).fits_job(job):
+        if not newcomers:
+            return None
+        e = newcomers.pop(0)
+        evict.append(e)
+        for t, n in placement[e].items():
+            free[t] = free.get(t, 0) + n
+    return evict

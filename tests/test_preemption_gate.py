@@ -1,0 +1,154 @@
+"""The preemption gate (solver/preemption.py, issue 22 item 1), no Slurm: a running job is preempted only when
+the plan keeps it off longer than its measured preemption cost, never in its last round of work; a job it keeps
+takes its GPUs back from the newly started jobs; the reasons say why a job is stopped and when it runs again;
+the cost is measured from the job's own events; the simulator charges it and counts wasted preemptions."""
+from __future__ import annotations
+
+from solver.preemption import gate, verdict, wasted
+from solver.types import RULES, ClusterView, JobPlan, JobView, Policy, RoundDecision
+from slurm_shockwave.backends.base import check_decision
+from slurm_shockwave.controller.loop import RoundLoop
+from slurm_shockwave.controller.reasons import annotate
+from slurm_shockwave.events.schema import Event
+from slurm_shockwave.events.summary import summarize
+from slurm_shockwave.sim.cluster import SimulatedCluster
+from tests.helpers import job, table
+
+ROUND = 20.0
+
+
+def jv(i, ran: bool, left_s: float, gpus: int = 1) -> JobView:
+    """A job with `left_s` seconds of work left (10 steps per second)."""
+    return JobView(job_id=i, arrival_time=0.0, num_gpus=gpus, batch_size=32, epochs_done=0, total_epochs=10,
+                   samples_per_epoch=320, steps_done=0.0, total_steps=left_s * 10, throughput=10.0,
+                   ran_last_round=ran)
+
+
+def decided(view, run, plans):
+    return check_decision(view, RoundDecision(run=tuple(run), plans=plans))
+
+
+def test_the_rule():
+    assert not verdict(None, 30.0, 15.0, ROUND).pays                    # within its last round of work
+    assert not verdict(20.0, 30.0, 500.0, ROUND).pays                   # back sooner than its cost
+    assert verdict(40.0, 30.0, 500.0, ROUND).pays
+    assert verdict(None, 30.0, 500.0, ROUND).pays                       # not planned in the window
+    assert wasted(15.0, ROUND) == "last_round"
+    assert wasted(500.0, ROUND, restarted_at=107.0, boundary=120.0) == "restarted_early"
+    assert wasted(500.0, ROUND, restarted_at=125.0, boundary=120.0) is None
+    assert "kept" in RULES
+
+
+def test_a_job_in_its_last_round_keeps_its_gpus_from_the_newest_start():
+    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=2,
+                       jobs=(jv(1, True, 15.0), jv(2, True, 900.0), jv(3, False, 900.0), jv(4, False, 900.0)))
+    d = decided(view, (3, 4), {3: JobPlan(3, rule="market"), 4: JobPlan(4, rule="market"),
+                               2: JobPlan(2, next_offset=3)})
+    g, verdicts = gate(view, d, {2: 12.0}, 30.0)
+    assert set(g.run) == {1, 3} and g.plans[1].rule == "kept" and g.plans[4].next_offset == 1
+    assert not verdicts[1].pays and verdicts[2].pays and verdicts[2].cost_s == 12.0
+    check_decision(view, g)                                             # still within capacity, placed
+    plans = annotate(view, g, "authoritative").plans
+    assert plans[1].reason.startswith("kept running: within its last round of work")
+    assert plans[2].reason.startswith("being stopped: off for 60 s, more than its preemption cost (12 s, measured)")
+    assert "released at t+1060s (round +3)" in plans[2].reason and plans[2].expected_start == 1060.0
+
+
+def test_a_job_planned_back_sooner_than_its_cost_is_kept_running():
+    view = ClusterView(now=0.0, round_index=1, round_length=ROUND, num_gpus=1, jobs=(jv(1, True, 900.0),
+                                                                                     jv(2, False, 900.0)))
+    d = decided(view, (2,), {2: JobPlan(2, rule="market"), 1: JobPlan(1, next_offset=1)})
+    g, verdicts = gate(view, d, {}, 30.0)                               # 20 s off < 30 s (default) cost
+    assert g.run == (1,) and "sooner than its preemption cost (30 s, default)" in verdicts[1].why
+    g, _ = gate(view, d, {1: 5.0}, 30.0)                                # measured: 5 s, pays
+    assert g.run == (2,)
+
+
+def test_a_kept_job_that_does_not_fit_is_preempted_after_all():
+    """Only the newly started job 3 (1 GPU) can give GPUs back; job 1 needs 2: it is preempted after all."""
+    view = ClusterView(now=0.0, round_index=1, round_length=ROUND, num_gpus=2,
+                       jobs=(jv(1, True, 10.0, gpus=2), jv(2, True, 900.0), jv(3, False, 900.0)))
+    g, verdicts = gate(view, decided(view, (2, 3), {}), {}, 30.0)
+    assert set(g.run) == {2, 3} and verdicts[1].pays and "its GPUs went to running jobs" in verdicts[1].why
+    # a job whose preemption is under way is not judged again
+    g, verdicts = gate(view, decided(view, (2, 3), {}), {}, 30.0, stopping=frozenset({1}))
+    assert 1 not in verdicts
+
+
+def test_the_preemption_cost_is_measured_from_the_jobs_own_events():
+    t = 1_700_000_000.0
+
+    def ev(kind, ts, restart, **kw):
+        return Event(kind=kind, job="7", ts=t + ts, restart=restart, **kw)
+    events = [ev("start", 0, 0), ev("epoch_end", 10, 0, epoch=0, batch_size=32, duration_s=10.0),
+              ev("signal", 15, 0, signal=10, reason="checkpoint request"), ev("checkpoint", 18, 0, path="c"),
+              ev("exit", 19, 0, exit_code=0), ev("start", 60, 1),
+              ev("epoch_end", 75, 1, epoch=1, batch_size=32, duration_s=10.0)]
+    p = summarize(events)
+    # checkpoint 15 -> 19 (4 s) + restart 60 -> 75 less the 10 s epoch (5 s); the 41 s held in between is not
+    assert p.preempt_cost_s == 9.0 and p.preemptions_measured == 1
+
+
+class Alternate(Policy):
+    """Run the job that did not run last round: preempts every round, even a job about to finish."""
+    name = "alternate"
+
+    def decide(self, view):
+        fresh = [j for j in view.jobs if not j.ran_last_round] or list(view.jobs)
+        return RoundDecision(run=(min(j.job_id for j in fresh),))
+
+
+def test_the_simulator_counts_wasted_preemptions_and_the_gate_removes_them():
+    thr = table({("ResNet-18", 32, 1): 10.0})
+    jobs = [job(0, 2500, isolated_runtime=250), job(1, 2500, isolated_runtime=250)]
+    off = RoundLoop(SimulatedCluster(jobs, thr, 1, restart_penalty=20.0), Alternate())
+    off.run()
+    on = RoundLoop(SimulatedCluster(jobs, thr, 1, restart_penalty=20.0), Alternate(), preemption_cost_s=20.0)
+    on.run()
+    assert off.preemptions["wasted"] > 0 and off.preemptions["kept"] == 0
+    assert on.preemptions["wasted"] == 0 and on.preemptions["kept"] > 0
+    assert on.preemptions["preempted"] < off.preemptions["preempted"]
+    assert on.decided_by()["all"].get("kept", 0) > 0
+
+
+class _State(dict):
+    def get(self, key, default=None):
+        return super().get(key, default)
+
+    def put(self, key, value):
+        self[key] = value
+
+
+def test_the_controller_counts_a_restart_before_the_next_round_as_wasted():
+    from types import SimpleNamespace
+
+    from slurm_shockwave.slurm.preemptions import PreemptionLog
+
+    def slurm_job(restart, start, state="RUNNING"):
+        return SimpleNamespace(state=state, restart_count=restart, start_time=start, finished=False)
+    state = _State()
+    log = PreemptionLog(state)
+    log.signalled(5, 0, 1000.0, 500.0, ROUND)
+    log.signalled(6, 0, 1000.0, 500.0, ROUND)
+    log.signalled(7, 0, 1000.0, 10.0, ROUND)                          # its last round: wasted at once
+    log.observe({5: slurm_job(1, 1007), 6: slurm_job(0, 900), 7: slurm_job(0, 900)}, ROUND, 1012.4)
+    assert log.counts["wasted_restarted_early"] == 1 and "5" not in log.open   # ran again before round k+1
+    log.observe({6: slurm_job(1, 1013), 7: slurm_job(1, 1013)}, ROUND, 1032.0)
+    assert log.counts == {"preempted": 3, "kept": 0, "wasted": 2, "wasted_last_round": 1,
+                          "wasted_restarted_early": 1} and not log.open
+    log.save()
+    assert PreemptionLog(state).counts == log.counts                   # counts survive a restart
+
+
+def test_the_replay_simulates_with_the_gate_and_the_measured_cost_and_reports_waste():
+    from slurm_shockwave.demo.preemption import simulate_gated
+    from slurm_shockwave.demo.report import summary_rows
+    from slurm_shockwave.demo.workload import short_workload
+    jobs = [(dj, i) for i, dj in enumerate(short_workload())]
+    rows = [{"bs_per_epoch": [], "epoch_duration_by_bs": {}, "submit": dj.delay_s} for dj, _ in jobs]
+    sim = simulate_gated(jobs, rows, 4, 20.0, 12.5, step_time_guess=0.06)
+    assert sim["preempt_cost_s"] == 12.5 and sim["preemptions_wasted"] == 0 and len(sim["per_job"]) == len(jobs)
+    head, table_rows = summary_rows({"runs": {"shockwave": {"simulated": sim}}})
+    by = {r[0]: r[1:] for r in table_rows}
+    assert by["preemptions kept / wasted"] == [f"{sim['preemptions_kept']} / 0"]
+    assert by["preemption cost s"] == ["12.5"]
