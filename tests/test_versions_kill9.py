@@ -95,8 +95,10 @@ def _last_calls(lab) -> list[str]:
 def test_kill_9_preemption_round_trip(cluster_and_root):
     cluster, lab_root = cluster_and_root
     # a plan is kept 2 rounds (a job that lost its round is still unplanned when its grace ends), and the
-    # rotation goes on across the restarts: a preemption round trip every 2 rounds, whatever the kills
-    lab = Lab(cluster, lab_root, epochs=24, epoch_s=1.0, round_s=3, grace=2, rotate_slice=2, rotate_memory=True)
+    # rotation goes on across the restarts: a preemption round trip every 2 rounds, whatever the kills; 32 epochs
+    # so that the workload outlasts the 5 points under load (with 24, a CI run under load finished the workload
+    # after 2 of them: the other 3 never had a round left to strike in)
+    lab = Lab(cluster, lab_root, epochs=32, epoch_s=1.0, round_s=3, grace=2, rotate_slice=2, rotate_memory=True)
     lab.submit(6, ignore_signal=lambda i: i % 3 != 0)     # 4 of 6 are stopped by the controller's requeuehold
     t0 = time.monotonic()
     try:
