@@ -22,12 +22,19 @@ def cluster():
                    "with debootstrap (~1 min) under --roots-dir.")
 @click.option("--roots-dir", default="/var/cache/shockwave/roots", show_default=True,
               type=click.Path(file_okay=False), help="Where Debian roots of other Slurm versions are cached.")
+@click.option("--gpu-types", default="", help="One GPU type per node, e.g. v100,v100,k80 (then --nodes is their "
+              "number): typed gres (gres.conf Type=) and the type as each node's Feature.")
 @click.option("--json", "as_json", is_flag=True)
-def up(root, nodes, gpus_per_node, slurm_version, roots_dir, as_json):
+def up(root, nodes, gpus_per_node, slurm_version, roots_dir, gpu_types, as_json):
     """Install Slurm if missing (or build the root of --slurm VERSION), write a config under ROOT,
     start munged/slurmctld/slurmd, wait for idle nodes."""
     from ..localcluster import LocalCluster, SlurmUnavailable
-    c = LocalCluster(root, nodes=nodes, gpus_per_node=gpus_per_node, slurm=slurm_version, roots_dir=roots_dir)
+    types = [t.strip() for t in gpu_types.split(",") if t.strip()]
+    try:
+        c = LocalCluster(root, nodes=nodes, gpus_per_node=gpus_per_node, slurm=slurm_version, roots_dir=roots_dir,
+                         gpu_types=types)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--gpu-types") from None
     try:
         c.ensure_installed()
         c.up()

@@ -124,14 +124,18 @@ def _print_status(summary, rows):
         c.print(f"[bold red]warning:[/] {esc(w)}")
     for line in fairshare_lines(summary.get("fairshare")):     # per account and user (issue 24)
         c.print(esc(line))
+    typed = bool(summary.get("gpu_types"))             # a type column only on a cluster of several GPU types
     t = Table()
-    for col in ("job", "user", "GPUs", "state", "pos", "bs", "epochs", "remaining", "start", "rho^", "reason"):
+    for col in ("job", "user", "GPUs", *(("type",) if typed else ()), "state", "pos", "bs", "epochs", "remaining",
+                "start", "rho^", "reason"):
         t.add_column(col)
     for r in rows:
         epochs = f"{r['epochs_done']}/{r['total_epochs']}" if r.get("total_epochs") else "-"
         start = ("running" if r["state"] == "RUNNING" and not r.get("finished") else fmt_clock(r.get("expected_start")))
         text = esc(r["reason"]) + "".join(f" [yellow](! {esc(w)})[/]" for w in r.get("warnings") or ())
-        t.add_row(esc(r["job_id"]), esc(r["user"]), str(r["gpus"]), esc(r["state"]), str(r.get("position") or "-"),
+        kind = (f"{esc(r['gpu_type'])} ({esc(r.get('gpu_type_by') or '?')})" if r.get("gpu_type") else "-",) \
+            if typed else ()
+        t.add_row(esc(r["job_id"]), esc(r["user"]), str(r["gpus"]), *kind, esc(r["state"]), str(r.get("position") or "-"),
                   str(r.get("batch_size") or "-"), epochs,
                   fmt_eta(r.get("predicted_remaining_s"), r.get("eta_confidence")) if not r.get("finished") else "-",
                   start, f"{r['rho_hat']:.2f}" if r.get("rho_hat") is not None else "-", text)

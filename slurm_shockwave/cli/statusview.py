@@ -63,7 +63,18 @@ def _row_from_record(rec, v) -> dict:
         "submit_time": ctx.get("submit_time"), "restarts": ctx.get("restarts"),
         "reason": plan.reason or "not in this round's decision",
         "preempt_cost_s": ctx.get("preempt_cost_s"),
-        "warnings": list(ctx.get("warnings") or ()), "finished": False, "position": None}
+        "warnings": list(ctx.get("warnings") or ()), "finished": False, "position": None, **_gpu_type(rec, v, ctx)}
+
+
+def _gpu_type(rec, v, ctx: dict) -> dict:
+    """On a cluster of several GPU types: the type the job runs on (Slurm's allocation), else the one this round
+    placed it on, else the one its user asked for or the controller steered it to (slurm/gpu_types.py)."""
+    if len(rec.view.capacity) < 2:
+        return {}
+    placed = rec.decision.placement.get(v.job_id) or {}
+    if ctx.get("slurm_state") != "RUNNING" and len(placed) == 1:
+        return {"gpu_type": next(iter(placed)), "gpu_type_by": "placement"}
+    return {"gpu_type": ctx.get("gpu_type") or v.gpu_type, "gpu_type_by": ctx.get("gpu_type_by")}
 
 
 def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]]:
@@ -138,7 +149,8 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0), "warnings": warnings,
                "quarantined": len([r for r in out if r["state"] == "QUARANTINED"]),
                "preemptions": (store.get("preemptions") or {}).get("counts") or {},
-               "fairshare": cluster.get("fairshare")}
+               "fairshare": cluster.get("fairshare"),
+               "gpu_types": dict(rec.view.capacity) if rec and len(rec.view.capacity) > 1 else None}
     if not include_finished:
         out = [r for r in out if not r.get("finished") or r["job_id"] in decided]
     return summary, out

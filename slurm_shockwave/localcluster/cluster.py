@@ -62,6 +62,8 @@ class LocalCluster:
     and slurmdbd in this directory, started first and stopped by pid with the rest, usage billed in GPUs;
     ``accounts`` ({account: RawShares}) under root and ``users`` ({user: account}) are created with sacctmgr, the
     users as Linux users too (in the Debian root as well): run their commands with :meth:`as_user`.
+    ``gpu_types`` (e.g. ``["v100", "k80"]``): one GPU type per node (then ``nodes = len(gpu_types)``), each node's
+    ``gpus_per_node`` GPUs of that type (gres.conf ``Type=``) and the type as the node's Feature.
     """
 
     def __init__(self, root: str | os.PathLike, nodes: int = 2, gpus_per_node: int = 4,
@@ -72,7 +74,8 @@ class LocalCluster:
                  roots_dir: str | os.PathLike = DEFAULT_ROOTS_DIR, binds: Sequence[str | os.PathLike] = (),
                  rw_binds: Sequence[str | os.PathLike] = (), host_python: str | None = None,
                  accounting: bool = False, accounts: Mapping[str, int] | None = None,
-                 users: Mapping[str, str] | None = None):
+                 users: Mapping[str, str] | None = None, gpu_types: Sequence[str] = ()):
+        nodes = len(gpu_types) or nodes
         if nodes < 1 or gpus_per_node < 0 or cpus_per_node < 1:
             raise ValueError("need nodes >= 1, gpus_per_node >= 0, cpus_per_node >= 1")
         self.root = Path(root).absolute()
@@ -85,7 +88,9 @@ class LocalCluster:
                             bf_interval=bf_interval, kill_wait=kill_wait,
                             extra_conf=tuple(extra_conf), accounting=bool(accounting or accounts or users),
                             accounts=tuple((a, int(n)) for a, n in (accounts or {}).items()),
-                            users=tuple((u, a) for u, a in (users or {}).items()))
+                            users=tuple((u, a) for u, a in (users or {}).items()), gpu_types=list(gpu_types))
+        if any(not t or not t.replace("_", "").replace("-", "").isalnum() or not t.isascii() for t in gpu_types):
+            raise ValueError(f"GPU types must be letters, digits, '_' or '-': {list(gpu_types)}")
         unknown = {a for _u, a in self._params["users"]} - {a for a, _n in self._params["accounts"]}
         if unknown:
             raise ValueError(f"users in accounts that are not created: {sorted(unknown)}")

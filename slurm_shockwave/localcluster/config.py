@@ -171,10 +171,25 @@ class ClusterSettings:
     db_port: int = 0
     accounts: tuple[tuple[str, int], ...] = ()
     users: tuple[tuple[str, str], ...] = ()
+    #: the GPU type of each node (gres.conf ``Type=``, ``Gres=gpu:<type>:<n>``, ``Features=<type>``); () untyped
+    gpu_types: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "gpu_types", tuple(self.gpu_types))     # a list when read back from cluster.json
 
     @property
     def node_names(self) -> list[str]:
         return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    def node_gres(self, i: int) -> tuple[str, str]:
+        """(slurm.conf text, gres.conf ``Type=``) of node i (0-based): typed nodes carry their type as a Feature too
+        (Slurm 22.05 can only move a pending job to another type through its constraint)."""
+        if self.gpus_per_node <= 0:
+            return "", ""
+        if not self.gpu_types:
+            return f" Gres=gpu:{self.gpus_per_node}", ""
+        t = self.gpu_types[i]
+        return f" Gres=gpu:{t}:{self.gpus_per_node} Features={t}", f" Type={t}"
 
 
 def _port_free(port: int) -> bool:
@@ -265,11 +280,10 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu",
     ]
-    gres = f" Gres=gpu:{s.gpus_per_node}" if s.gpus_per_node > 0 else ""
-    for name, port in zip(s.node_names, s.node_ports):
+    for i, (name, port) in enumerate(zip(s.node_names, s.node_ports)):
         lines.append(
             f"NodeName={name} NodeHostname=localhost NodeAddr={LOOPBACK} Port={port} "
-            f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb}{gres} State=UNKNOWN"
+            f"CPUs={s.cpus_per_node} RealMemory={s.memory_mb}{s.node_gres(i)[0]} State=UNKNOWN"
         )
     lines.append(
         f"PartitionName={s.partition} Nodes={','.join(s.node_names)} Default=YES "
@@ -288,15 +302,16 @@ def accounting_lines(p: Paths, s: ClusterSettings) -> list[str]:
     recomputed every minute (the shortest ``PriorityCalcPeriod``)."""
     return ["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
             f"AccountingStoragePort={s.dbd_port}", f"AccountingStoragePass={p.munge_socket}",
-            "AccountingStorageEnforce=associations,limits", "AccountingStorageTRES=gres/gpu",
+            "AccountingStorageEnforce=associations,limits",
+            "AccountingStorageTRES=" + ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in dict.fromkeys(s.gpu_types))]),
             "PriorityCalcPeriod=1"]
 
 
 def render_gres_conf(paths: Paths, s: ClusterSettings) -> str:
     if s.gpus_per_node <= 0:
         return ""
-    files = f"{paths.dev}/nvidia[0-{s.gpus_per_node - 1}]"
-    return "".join(f"NodeName={n} Name=gpu File={files}\n" for n in s.node_names)
+    files = f"{paths.dev}/nvidia[0-{s.gpus_per_node - 1}]"      # one set of fake devices serves every node
+    return "".join(f"NodeName={n} Name=gpu{s.node_gres(i)[1]} File={files}\n" for i, n in enumerate(s.node_names))
 
 
 def render_cgroup_conf(paths: Paths, version: str = "22.05") -> str:

@@ -27,6 +27,7 @@ from .commands import RESTART_GAP_SECONDS, SlurmCLI
 from .enact import Enactor, Observed, reconcile, signal_time
 from .errors import SlurmError
 from .fairshare_round import FairShareRound
+from .gpu_types import GpuTypes
 from .hints import HintError, parse_hints
 from .models import ACTIVE_STATES, in_partition, node_in_partition
 from .ownership import admin_comments, status_of
@@ -82,6 +83,7 @@ class SlurmBackend(ServiceBackend):
         self._left: dict = {}                 # job -> predicted seconds of work left (this round's view)
         self._costs: dict = {}                # job -> measured preemption cost (its events)
         self.fairshare = FairShareRound(cli)  # market budgets from Slurm's shares and usage (fairshare_round.py)
+        self.types = GpuTypes(state)          # capacity per GPU type, pins, steering (gpu_types.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -170,7 +172,7 @@ class SlurmBackend(ServiceBackend):
         managed_ids = {j.job_id for j, _ in managed}
         self._partition_gpus = capacity
         self._unmanaged = jobview.unmanaged(jobs, managed_ids, self.cfg.partition, now)
-        capacity = max(0, capacity - self._unmanaged["running_gpus"])
+        capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)   # {type: GPUs}, less unmanaged
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
         self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
@@ -204,7 +206,7 @@ class SlurmBackend(ServiceBackend):
                                                 self._ac.get(j.job_id, ""), self._mark_of(j),
                                                 # a job that never reported runs without the wrapper
                                                 progress.start_restart >= j.restart_count
-                                                or progress.last_event_ts is None)
+                                                or progress.last_event_ts is None, self.types.pinned(j))
         self._pending_since = {k: self._pending_since.get(k, now) for k in
                                ((j.job_id, j.restart_count) for j, _ in managed
                                 if j.state == "PENDING" and j.restart_count > 0)}
@@ -226,7 +228,8 @@ class SlurmBackend(ServiceBackend):
                                  "restarts": j.restart_count, "view": jobview.job_summary(v, self._meta.get(j.job_id))}
                                 for (j, _), v in zip(managed, views)], now)
         return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
-                           num_gpus=capacity, jobs=tuple(views), total_jobs=len(views))
+                           num_gpus=sum(capacity.values()), jobs=tuple(views), total_jobs=len(views),
+                           capacity=capacity)
 
     def apply(self, decision: RoundDecision) -> None:
         run = {int(j) for j in decision.run}
@@ -237,6 +240,10 @@ class SlurmBackend(ServiceBackend):
                             self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
                             self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
                             reasons=_reasons(decision), orphans=self._orphans)
+        # a pending job the round placed on a GPU type is steered there after a GPU count update, before its release
+        first = sum(1 for a in actions if a.verb == "update_gpus")
+        actions[first:first] = self.types.steer(decision.placement, run, self.cli.slurm_version, {
+            j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus})
 
         def done(action):
             for j in action.job_ids:
@@ -351,7 +358,9 @@ class SlurmBackend(ServiceBackend):
             self._history[key] = self.state.epoch_history(*key)
         view, self._meta[j.job_id] = jobview.build(
             j, marker, p, now, round_length=self.round_length, weight=self.fairshare.weight(j.user, j.account),
-            arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key])
+            arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key],
+            gpu_type=self.types.view_type(j))
+        self._meta[j.job_id].update(self.types.meta(j))
         return view
 
 

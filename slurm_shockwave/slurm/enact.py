@@ -11,7 +11,9 @@ authoritative: additionally a running job that lost its round is held (marked fi
     A requeue is journalled with the job's restart count, so a crash after issuing it never requeues the
     job a second time.
 A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
-running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).
+running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).  On a cluster
+of several GPU types a planned pending job is first steered to the type its round placed it on (slurm/gpu_types.py:
+`place_tres` on Slurm 23.11+, `place_features` before), never one whose user asked for a type.
 
 Ownership of holds (slurm/ownership.py): a job is marked in its AdminComment before the controller
 holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
@@ -43,7 +45,7 @@ _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
 @dataclass(frozen=True)
 class Action:
-    verb: str              # site_factor | hold | release | signal | requeue_hold | update_gpus | mark
+    verb: str              # site_factor | hold | release | signal | requeue_hold | update_gpus | mark | place_*
     job_ids: tuple
     value: object = None
 
@@ -63,6 +65,7 @@ class Observed:
     admin_comment: str = ""            # as Slurm shows it (our mark lives there, see ownership.py)
     mark: str | None = None            # status of our mark ("held") or None: is the hold ours?
     run_reported: bool = True          # the wrapper of this run reported its start (its handlers are up)
+    gpu_type: str | None = None        # the GPU type its user asked for (kept when its GPU count is updated)
 
 
 def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, signalled: dict, grace: float,
@@ -86,7 +89,7 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
         ours = j.mark == "held"
         if j.state == "PENDING":
             if j.wanted_gpus and j.wanted_gpus != j.gpus:
-                add("update_gpus", j.job_id, j.wanted_gpus)
+                add("update_gpus", j.job_id, f"{j.gpu_type}:{j.wanted_gpus}" if j.gpu_type else j.wanted_gpus)
             if planned:
                 if ours:
                     add("release" if j.held else "mark", j.job_id, unmarked(j.admin_comment))
@@ -234,5 +237,9 @@ class Enactor:
             self.cli.hold(ids)
         elif a.verb == "update_gpus":
             self.cli.scontrol_update(ids, TresPerNode=f"gres:gpu:{a.value}")
+        elif a.verb == "place_tres":          # a pending job to the GPU type its round placed it on (gpu_types.py)
+            self.cli.scontrol_update(ids, TresPerNode=a.value)
+        elif a.verb == "place_features":      # the same on Slurm < 23.11: the nodes carry their type as a Feature
+            self.cli.scontrol_update(ids, Features=a.value)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

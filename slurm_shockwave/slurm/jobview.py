@@ -59,8 +59,9 @@ def epoch_durations(p, marker: dict, job, total: int, bs: int, history: dict, ro
 
 
 def build(job, marker: dict, p, now: float, *, round_length: float, weight: float, arrival: float,
-          history: dict) -> tuple[JobView, dict]:
-    """(JobView, meta) of one managed job; meta holds what status/explain show beside the view."""
+          history: dict, gpu_type: str | None = None) -> tuple[JobView, dict]:
+    """(JobView, meta) of one managed job; meta holds what status/explain show beside the view.  `gpu_type`: the
+    type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py)."""
     bs = p.batch_size or marker.get("bs") or 1
     samples = p.samples_per_epoch or marker.get("samples") or bs
     total = p.total_epochs or marker.get("epochs") or max(p.epochs_done + 1, 1)
@@ -75,7 +76,7 @@ def build(job, marker: dict, p, now: float, *, round_length: float, weight: floa
         epoch_duration_by_bs=durations, bs_history=tuple(p.bs_per_epoch),
         user=job.user, account=job.account, weight=weight, mode="unknown", job_type=job.name,
         min_batch_size=p.min_batch_size or marker.get("min_bs"), max_batch_size=p.max_batch_size or
-        marker.get("max_bs"), ran_last_round=job.state == "RUNNING",
+        marker.get("max_bs"), ran_last_round=job.state == "RUNNING", gpu_type=gpu_type,
         run_time=sum(durations.get(b, epoch_s) * n for b, n in (p.bs_runs     # O(runs)
                                                                  or [(b, 1) for b in p.bs_per_epoch])))
     warnings = []

@@ -31,63 +31,20 @@ unreadable), so the caller can quarantine that job instead of failing the round.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable
 
 from pydantic import ValidationError
 
 from ..validation import describe
 from .errors import SlurmError, one_line
+from .gpu_types import GpuJob, GpuNode, job_extras, node_extras
+from .gpu_types import gpu_entry as _gpu_entry, split_top as _split_top
 from .models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
 from .shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
                      check_version, job_state_of, log, node_state_of, output_version, warn_once)
 
 _UINT32 = 2 ** 32
 _INT32_MAX = 2 ** 31 - 1
-_COUNT_RE = re.compile(r"^\d+$")
-
-
-def _split_top(spec: str) -> list[str]:
-    """Split on commas that are not inside parentheses (``gpu:2(IDX:0,2)`` stays whole)."""
-    parts, depth, cur = [], 0, []
-    for ch in spec:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(depth - 1, 0)
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _gpu_entry(item: str) -> tuple[str | None, int] | None:
-    """``(type, count)`` of one GPU GRES/TRES item, or None if the item is not a GPU.
-
-    Accepts ``gres:gpu:2``, ``gres/gpu:2``, ``gpu:2``, ``gpu``, ``gres:gpu:a100:2``,
-    ``gres/gpu=2``, ``gres/gpu:a100=2``, ``gpu:(null):2(IDX:0-1)``.
-    """
-    item = item.replace("(null)", "").split("(", 1)[0]
-    for prefix in ("gres:", "gres/"):
-        if item.startswith(prefix):
-            item = item[len(prefix):]
-    if "=" in item:
-        item, count_s = item.split("=", 1)
-        item = f"{item}:{count_s}"
-    fields = item.split(":")
-    if fields[0] != "gpu":
-        return None
-    rest = fields[1:]
-    if rest and _COUNT_RE.match(rest[-1]):
-        count = int(rest[-1])
-        rest = rest[:-1]
-    else:
-        count = 1
-    gtype = rest[0] if rest and rest[0] not in ("", "(null)") else None
-    return gtype, count
 
 
 def parse_gpu_count(spec: str | None) -> int | None:
@@ -195,7 +152,8 @@ def _problem_job(job_id: int, raw: dict, problem: str) -> SlurmJob:
         time_limit=None, admin_comment=text("admin_comment"), problem=one_line(problem, 300))
 
 
-def job_from_record(rec: JobRecord) -> SlurmJob:
+def job_from_record(rec: JobRecord, raw: dict | None = None) -> SlurmJob:
+    """The job of one record, with its GPU type and constraint (slurm/gpu_types.py)."""
     state, flags = job_state_of(rec.job_state)
     reason = rec.state_reason
     priority = rec.priority or 0
@@ -203,7 +161,7 @@ def job_from_record(rec: JobRecord) -> SlurmJob:
     held = bool(rec.hold) and state not in FINISHED_STATES
     held = held or (state == "PENDING" and (reason in HELD_REASONS or priority == 0))
     held = held or (state not in FINISHED_STATES and reason in HELD_REASONS)
-    return SlurmJob(
+    return GpuJob(
         job_id=rec.job_id, name=rec.name, user=rec.user_name, user_id=rec.user_id,
         account=rec.account, partition=rec.partition, state=state, state_reason=reason,
         gpus=gpus, gpus_per_node=gpus_per_node, num_nodes=rec.node_count or 1, nodes=rec.nodes,
@@ -213,7 +171,7 @@ def job_from_record(rec: JobRecord) -> SlurmJob:
         requeue=bool(rec.requeue), held=held, site_factor=None, command=rec.command,
         working_dir=rec.current_working_directory, std_out=rec.standard_output,
         std_err=rec.standard_error, time_limit=rec.time_limit, gres_detail=tuple(rec.gres_detail),
-        admin_comment=rec.admin_comment, problem=None, state_flags=flags,
+        admin_comment=rec.admin_comment, problem=None, state_flags=flags, **job_extras(rec, raw or {}),
     )
 
 
@@ -230,7 +188,7 @@ def job_from_dict(raw: Any, meta: Meta | None = None) -> SlurmJob | None:
         return None
     check_job_fields(raw, meta)
     try:
-        return job_from_record(JobRecord.model_validate(raw))
+        return job_from_record(JobRecord.model_validate(raw), raw)
     except ValidationError as exc:
         problem = f"unreadable squeue record (Slurm {meta.release or '?'}): {_validation_line(exc)}"
     except (TypeError, ValueError, OverflowError) as exc:
@@ -282,11 +240,11 @@ def node_from_dict(raw: Any, meta: Meta | None = None) -> SlurmNode | None:
         log.warning("nodes --json: skipped unreadable node %r: %s", raw.get("name"), _validation_line(exc))
         return None
     state, flags = node_state_of(rec.state, rec.state_flags)
-    return SlurmNode(
+    return GpuNode(
         name=rec.name, state=state, state_flags=flags,
         gpus=parse_gpu_count(rec.gres) or 0, gpus_used=parse_gpu_count(rec.gres_used) or 0,
         cpus=rec.cpus or 0, alloc_cpus=rec.alloc_cpus or 0, partitions=tuple(rec.partitions),
-        reason=rec.reason, address=rec.address, port=rec.port,
+        reason=rec.reason, address=rec.address, port=rec.port, **node_extras(rec, raw),
     )
 
 

@@ -1,0 +1,286 @@
+"""Several GPU types on Slurm: what each node has, what a job asked for or runs on, and how a pending job that the
+round placed on a type is steered there before its release.
+
+* Nodes: ``gres`` ``gpu:v100:4`` (22.05 ``sinfo --json``, newer ``scontrol show nodes --json``; a suffix such as
+  ``(S:0)`` or ``(IDX:0-1)`` is ignored); an untyped ``gpu:4`` is the pool ``GPU`` of solver/types.py.  The
+  capacity per type is that of the available nodes of the partition, less the GPUs of running unmanaged jobs on it.
+* Jobs: a type named in the request (``tres_per_node`` ``gres:gpu:v100:2`` on 22.05, ``gres/gpu:v100:2`` newer) is
+  the user's pin, and so is a constraint that is exactly one GPU type (``--constraint=v100``), unless the controller
+  wrote it (its journal: verbs ``place_tres`` / ``place_features``).  A running job runs on the type of its
+  ``gres_detail`` (``gpu:v100:2(IDX:0-1)``), else of its node; on a cluster of several types its view carries that
+  type (it only moves through a checkpoint and requeue).
+* Steering (only a pending job the round runs, never one whose user pinned a type, never a running one, only when the
+  cluster has more than one type): Slurm 23.11 and later (24.11 and 26.05 checked) ``scontrol update JobId=N
+  TresPerNode=gres:gpu:<type>:<n>``; earlier ones through the node Feature named after the type, ``Features=<type>``
+  (22.05 accepts a type change of a pending job and then leaves it pending for good, ``BadConstraints``; fixed in
+  23.02.6).  A job with a constraint of its own, or (TresPerNode) whose request has other GRES or is not per node,
+  or (Features) placed on a type whose nodes do not carry it as a Feature (and only they), is left to Slurm.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+
+from solver.types import GPU
+
+from .enact import Action
+from .models import SlurmJob, SlurmNode, in_partition, node_in_partition
+
+log = logging.getLogger("slurm_shockwave.slurm")
+
+_COUNT_RE = re.compile(r"^\d+$")
+_TYPE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: Slurm versions (major, minor) from which a pending job's GPU type is changed through its GRES request
+TRES_FROM = (23, 11)
+VERBS = ("place_tres", "place_features")
+
+
+def split_top(spec: str) -> list[str]:
+    """Split on commas that are not inside parentheses (``gpu:2(IDX:0,2)`` stays whole)."""
+    parts, depth, cur = [], 0, []
+    for ch in spec:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(depth - 1, 0)
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def gpu_entry(item: str) -> tuple[str | None, int] | None:
+    """``(type, count)`` of one GPU GRES/TRES item, or None if the item is not a GPU.
+
+    Accepts ``gres:gpu:2``, ``gres/gpu:2``, ``gpu:2``, ``gpu``, ``gres:gpu:a100:2``,
+    ``gres/gpu=2``, ``gres/gpu:a100=2``, ``gpu:(null):2(IDX:0-1)``.
+    """
+    item = item.replace("(null)", "").split("(", 1)[0]
+    for prefix in ("gres:", "gres/"):
+        if item.startswith(prefix):
+            item = item[len(prefix):]
+    if "=" in item:
+        item, count_s = item.split("=", 1)
+        item = f"{item}:{count_s}"
+    fields = item.split(":")
+    if fields[0] != "gpu":
+        return None
+    rest = fields[1:]
+    if rest and _COUNT_RE.match(rest[-1]):
+        count = int(rest[-1])
+        rest = rest[:-1]
+    else:
+        count = 1
+    gtype = rest[0] if rest and rest[0] not in ("", "(null)") else None
+    return gtype, count
+
+
+def gpus_by_type(spec: str | None) -> dict[str, int]:
+    """{type: GPUs} of a node's gres string; untyped GPUs under ``GPU`` (an untyped total beside typed entries,
+    ``gres/gpu=4,gres/gpu:a100=4``, adds only what the typed ones do not cover)."""
+    typed: dict[str, int] = {}
+    untyped = 0
+    for item in split_top(spec or ""):
+        entry = gpu_entry(item)
+        if entry is None:
+            continue
+        if entry[0] is None:
+            untyped += entry[1]
+        else:
+            typed[entry[0]] = typed.get(entry[0], 0) + entry[1]
+    rest = untyped - sum(typed.values())
+    return {**typed, GPU: rest} if rest > 0 else typed
+
+
+def request_type(spec: str | None) -> tuple[str | None, bool]:
+    """(the one GPU type a request names, or None; whether the request is that one GPU entry and nothing else)."""
+    items = split_top(spec or "")
+    entries = [e for e in (gpu_entry(i) for i in items) if e is not None]
+    types = {t for t, _n in entries if t}
+    return (types.pop() if len(types) == 1 else None), len(items) == 1 and len(entries) == 1
+
+
+def _features(value) -> tuple[str, ...]:
+    """A job's or node's features: 22.05 a string (``v100`` or ``v100,nvme``), newer a list."""
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if str(v))
+    return tuple(f for f in re.split(r"[,&]", value) if f) if isinstance(value, str) else ()
+
+
+@dataclass(frozen=True)
+class GpuJob(SlurmJob):
+    """A :class:`SlurmJob` with what its GPU type depends on (built by :mod:`.parse`)."""
+    gpu_request: str = ""           # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
+    gpu_type: str | None = None     # the one GPU type its request names (None: any)
+    features: str = ""              # its constraint (``--constraint``), as Slurm prints it
+
+
+@dataclass(frozen=True)
+class GpuNode(SlurmNode):
+    """A :class:`SlurmNode` with its GPUs per type and its features (built by :mod:`.parse`)."""
+    by_type: tuple[tuple[str, int], ...] = ()
+    features: tuple[str, ...] = ()
+
+
+def job_extras(rec, raw: dict) -> dict:
+    """The GpuJob fields of one squeue record (``rec`` a shapes.JobRecord, ``raw`` its dict)."""
+    spec = rec.tres_per_node or rec.tres_per_job or rec.tres_per_task
+    feats = raw.get("features")
+    return {"gpu_request": spec, "gpu_type": request_type(spec)[0],
+            "features": ",".join(feats) if isinstance(feats, list) else feats if isinstance(feats, str) else ""}
+
+
+def node_extras(rec, raw: dict) -> dict:
+    feats = raw.get("active_features") or raw.get("features")
+    return {"by_type": tuple(sorted(gpus_by_type(rec.gres).items())), "features": _features(feats)}
+
+
+def tres_steering(version: str) -> bool:
+    """Does this Slurm (major.minor, as its JSON declares) move a pending job through ``TresPerNode``?  An unknown
+    version is steered through Features (works on every version whose nodes carry their type as a Feature)."""
+    try:
+        return tuple(int(x) for x in version.split(".")[:2]) >= TRES_FROM
+    except ValueError:
+        return False
+
+
+class GpuTypes:
+    """One round's GPU types on Slurm: the capacity per type, each managed job's pin and type, the steering actions.
+    ``placed`` (job -> the type the controller last wrote into its request or constraint) and ``ours`` (job -> every
+    type it wrote there: a failed or overtaken update may leave an earlier one) are read back from the journal
+    (intents too: a crash right after the call must not turn our type into the user's pin)."""
+
+    def __init__(self, state=None):
+        self.placed: dict[int, str] = {}
+        self.ours: dict[int, set] = {}
+        rows = [r for verb in VERBS for r in (state.actions(verb=verb) if state is not None else [])]
+        for row in sorted(rows, key=lambda r: r["id"]):
+            t = _placed_type(row.get("value"))
+            if t:
+                self._record(int(row["job_id"]), t)
+        self.capacity: dict[str, int] = {}
+        self.node_type: dict[str, str] = {}
+        self.feature_ok: set[str] = set()
+        self.jobs: dict[int, SlurmJob] = {}
+
+    @property
+    def typed(self) -> bool:
+        return len(self.capacity) > 1
+
+    def observe(self, nodes, jobs, managed_ids: set, partition: str | None) -> dict[str, int]:
+        """{type: GPUs for managed jobs}: the partition's available nodes per type, less the running unmanaged jobs'
+        (on their type; of unknown type: on the type with the most)."""
+        total: dict[str, int] = {}
+        self.node_type = {}
+        carriers: dict[str, set] = {}
+        for n in nodes:
+            by = dict(getattr(n, "by_type", ()) or ()) or ({GPU: n.gpus} if n.gpus else {})
+            if by:
+                self.node_type[n.name] = max(by, key=lambda t: by[t])
+            if not (n.available and node_in_partition(n, partition)):
+                continue
+            for t, c in by.items():
+                total[t] = total.get(t, 0) + c
+                carriers.setdefault(t, set()).add(t in getattr(n, "features", ()))
+        others = {f for n in nodes for f in getattr(n, "features", ()) if self.node_type.get(n.name) != f}
+        self.feature_ok = {t for t, has in carriers.items() if has == {True} and t not in others}
+        self.jobs = {j.job_id: j for j in jobs if j.job_id in managed_ids}
+        for j in jobs:
+            if j.job_id in managed_ids or j.state != "RUNNING" or j.gpus <= 0 or not in_partition(j, partition):
+                continue
+            t = self.running_type(j)
+            t = t if t in total else max(total, key=lambda k: total[k], default=None)
+            if t is not None:
+                total[t] = max(0, total[t] - j.gpus)
+        self.placed = {k: v for k, v in self.placed.items() if k in self.jobs}
+        self.ours = {k: v for k, v in self.ours.items() if k in self.jobs}
+        self.capacity = total or {GPU: 0}
+        return dict(self.capacity)
+
+    def _record(self, job_id: int, t: str) -> None:
+        self.placed[job_id] = t
+        self.ours.setdefault(job_id, set()).add(t)
+
+    def running_type(self, job) -> str | None:
+        types = {e[0] or GPU for e in (gpu_entry(d) for d in job.gres_detail) if e is not None}
+        if len(types) == 1:
+            return types.pop()
+        return self.node_type.get(job.nodes) if job.nodes else None
+
+    def pinned(self, job) -> str | None:
+        """The GPU type the job's user asked for (request or constraint), None: any."""
+        t = getattr(job, "gpu_type", None)
+        ours = self.ours.get(job.job_id, ())
+        if t and t not in ours:
+            return t
+        feats = _features(getattr(job, "features", ""))
+        if len(feats) == 1 and feats[0] in self.capacity and feats[0] not in ours:
+            return feats[0]
+        return None
+
+    def view_type(self, job) -> str | None:
+        """JobView.gpu_type: the user's pin; on a cluster of several types a running job's own type."""
+        if self.typed and job.state == "RUNNING":
+            return self.running_type(job) or self.pinned(job)
+        return self.pinned(job)
+
+    def meta(self, job) -> dict:
+        """What status shows (on a cluster of several types): the type the job runs on, or is pinned to, or the
+        controller placed it on."""
+        if not self.typed:
+            return {}
+        if job.state == "RUNNING" and self.running_type(job):
+            return {"gpu_type": self.running_type(job), "gpu_type_by": "slurm"}
+        if self.pinned(job):
+            return {"gpu_type": self.pinned(job), "gpu_type_by": "user"}
+        if job.job_id in self.placed:
+            return {"gpu_type": self.placed[job.job_id], "gpu_type_by": "controller"}
+        return {"gpu_type": None, "gpu_type_by": None}
+
+    def steer(self, placement, run: set, version: str, wanted: dict) -> list:
+        """The actions that move each pending, unpinned job of `run` to the type `placement` gives it (see the
+        module docstring); `wanted`: job -> a new GPU count per node asked for (its update_gpus action comes first,
+        and drops the type from the request).  The types are recorded as placed before any call."""
+        if not self.typed:
+            return []
+        tres = tres_steering(version)
+        groups: dict[tuple, list] = {}
+        for jid in sorted(run):
+            job = self.jobs.get(jid)
+            by = placement.get(jid) or placement.get(str(jid)) or {}
+            if job is None or job.state != "PENDING" or len(by) != 1 or self.pinned(job) is not None:
+                continue
+            t, feats = next(iter(by)), _features(getattr(job, "features", ""))
+            own = len(feats) == 1 and feats[0] in self.ours.get(jid, ())      # a constraint we wrote
+            if t == GPU or not _TYPE_RE.match(str(t)) or (feats and not own):
+                continue                      # a constraint of the user's own could exclude the type's nodes
+            if tres:
+                _typ, single = request_type(getattr(job, "gpu_request", ""))
+                n = wanted.get(jid) or job.gpus_per_node
+                if not single or not n or (getattr(job, "gpu_type", None) == t and not wanted.get(jid)):
+                    continue
+                key = ("place_tres", f"gres:gpu:{t}:{n}")
+            else:
+                if feats == (t,) or t not in self.feature_ok:
+                    continue
+                key = ("place_features", t)
+            groups.setdefault(key, []).append(jid)
+            self._record(jid, t)
+        return [Action(verb, tuple(ids), value) for (verb, value), ids in sorted(groups.items())]
+
+
+def _placed_type(value) -> str | None:
+    """The type of a journalled place_* action's value (``"k80"`` or ``"gres:gpu:k80:2"``, JSON-encoded)."""
+    try:
+        text = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        text = value
+    if not isinstance(text, str):
+        return None
+    entry = gpu_entry(text) if text.startswith("gres") else (text, 1)
+    return entry[0] if entry else None
