@@ -16,8 +16,8 @@ from slurm_shockwave.workload.throughputs import ThroughputTable
 
 pytestmark = pytest.mark.slurm
 
-#: the CI trace: 12 jobs of 1-4 GPUs, 0.1-0.6 h each, a job a minute (trace time); 3 contention-heavy users
-CI_TRACE = GeneratorOptions(jobs=12, seed=5, interarrival=120, min_hours=0.2, max_hours=1.0,
+#: the CI trace: 12 jobs of 1-4 GPUs, 0.1-0.5 h each, a job every 2 minutes (trace time); 3 contention-heavy users
+CI_TRACE = GeneratorOptions(jobs=12, seed=5, interarrival=120, min_hours=0.1, max_hours=0.5,
                             gpu_mix=(0.5, 0.35, 0.15, 0.0), max_gpus=4)
 
 
