@@ -124,7 +124,8 @@ def timed_rounds(ctl: Controller, n: int) -> list[dict]:
             total = timed_round(ctl)
             out.append({"total": total, "read": phases.get("read", 0.0), "enact": phases.get("enact", 0.0),
                         "decide": total - phases.get("read", 0.0) - phases.get("enact", 0.0),
-                        "calls": len(calls), "rss_mb": rss_bytes() / 1e6})
+                        "calls": len(calls), "rss_mb": rss_bytes() / 1e6,
+                        "json_jobs": backend.cli.queue.last.get("json_jobs")})
     finally:
         backend.observe, backend.apply, backend.cli.run = observe, apply, run
     return out
@@ -132,11 +133,12 @@ def timed_rounds(ctl: Controller, n: int) -> list[dict]:
 
 def round_row(label: str, jobs: int, gpus: int, rounds: list[dict]) -> list[str]:
     return [f"| {label} | {jobs} | {gpus} | {i} | **{r['total']:.2f}** | {r['read']:.2f} | {r['decide']:.2f} | "
-            f"{r['enact']:.2f} | {r['calls']} | {r['rss_mb']:.0f} |" for i, r in enumerate(rounds)]
+            f"{r['enact']:.2f} | {r['calls']} | {r.get('json_jobs', '-')} | {r['rss_mb']:.0f} |"
+            for i, r in enumerate(rounds)]
 
 
 ROUND_HEAD = ("| Slurm | pending jobs | GPUs | round | total s | read s | decide s | enact s | Slurm calls | "
-              "controller RSS MB |\n|---|---|---|---|---|---|---|---|---|---|\n")
+              "jobs read as JSON | controller RSS MB |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 
 
 def main(argv=None):

@@ -6,9 +6,9 @@ For each version and each job count: a local cluster of 8 slurmd x 4 fake GPUs (
 26.05 from their Debian roots, built once and cached, see ``shockwave cluster build-root``), N ``sleep`` jobs
 submitted with Shockwave comments (32 GPUs' worth start at once, the rest stay pending), then ``--rounds`` rounds
 of one authoritative controller with the default policy, each timed by phase (``bench/controller_round.py``
-``timed_rounds``: read = squeue --json + sprio + nodes + events + state; decide; enact = the reconcile's Slurm
-calls) with the controller process's RSS.  Round 0 marks and holds every deferred job (one update per job,
-chunks run 4 at a time); the next rounds find Slurm in the planned state.  Targets: every round within 2 s at
+``timed_rounds``: read = the queue (slurm/queue_read.py) + sprio + nodes + events + state; decide; enact = the
+reconcile's Slurm calls) with the controller process's RSS.  Each round holds at most ``MAX_NEW_HOLDS`` new
+deferred jobs (one update per job, chunks run 4 at a time); the default ``--rounds`` runs until all are held.  Targets: every round within 2 s at
 1,000 jobs and 10 s at 5,000.  Results go into docs/performance.md, section "Controller at scale".
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from controller_round import ROUND_HEAD, controller, round_row, submit_jobs, tim
 
 from slurm_shockwave.localcluster import LocalCluster  # noqa: E402
 from slurm_shockwave.slurm import parse_squeue_json  # noqa: E402
+from slurm_shockwave.slurm.enact import MAX_NEW_HOLDS  # noqa: E402
 
 
 def one_version(version: str, jobs: int, args) -> dict:
@@ -46,7 +47,7 @@ def one_version(version: str, jobs: int, args) -> dict:
         parsed = parse_squeue_json(text)
         assert len(parsed) >= jobs and not any(j.problem for j in parsed)
         ctl = controller(c, root, f"v{version}", root / "events", dry_run=False)
-        rounds = timed_rounds(ctl, args.rounds)
+        rounds = timed_rounds(ctl, args.rounds or -(-jobs // MAX_NEW_HOLDS) + 2)
         ctl.close()
         return {"version": version, "release": c.run(["sinfo", "-V"]).stdout.split()[-1], "jobs": jobs,
                 "submit_s": submit_s, "read_s": read_s, "bytes": len(text), "rounds": rounds}
@@ -77,7 +78,8 @@ def main(argv=None):
     ap.add_argument("--slurm", default="22.05,24.11,26.05", help="comma-separated versions")
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--gpus-per-node", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds per case (default: until every deferred job is held, plus 2)")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args(argv)
     rows, results = [], []
@@ -109,8 +111,8 @@ def main(argv=None):
 {args.nodes} slurmd x {args.gpus_per_node} fake GPUs; 2 cores shared with other work, load average
 {load_a} at the start and {load_b} at the end).
 N managed `sleep` jobs (1, 2 or 4 GPUs, Shockwave comments), 32 GPUs' worth running, the rest pending; one
-authoritative controller with the default policy. Round 0 marks and holds every deferred job; the later rounds
-find Slurm in the planned state. Phases: read (squeue --json + sprio + nodes + the event store + the state),
+authoritative controller with the default policy, run until every deferred job is held and 2 rounds more. Phases:
+read (the queue, below, + sprio + nodes + the event store + the state),
 decide (policy and gate), enact (the reconcile's Slurm calls and their journal); RSS is the controller process's
 (the bench process, whose own share before the controller is about 100 MB).
 
@@ -118,25 +120,19 @@ decide (policy and gate), enact (the reconcile's Slurm calls and their journal);
 
 Verdict: {verdict}. Reads: {sizes}.
 
-What changed for issue 23 (the same bench on 22.05 with 1,000 jobs, same machine, load 6-8, before the
-changes: round 0 5.96 / 8.51 s, round 1 6.04 / 3.41 s): a deferred job is marked and held in one `scontrol
-update AdminComment=... Priority=0` per job (an admin's Priority=0 is `scontrol hold`: JobHeldAdmin, pending or
-running, checked on 22.05 and 24.11) instead of a mark and then a hold; a long job list goes to Slurm as up to 4
-`scontrol` calls at once (slurmctld acts on a list one job at a time, 1-3 ms each here: 900 updates 3.1 s in one
-call, 1.0-1.6 s in four); the SiteFactor that `sprio` showed for a pending job is remembered, so the round after
-the holds no longer resets SiteFactor=0 on every held job (sprio does not list held jobs: 1.8 s at 1,000 jobs);
-the round's journal record is made strict JSON without an ABC isinstance walk per value (1.0-1.3 s of every
-round at 1,000 jobs); a round's clock starts before its reads, so rounds are `round_seconds` apart, not that
-plus the read time.
-
-What is left (as measured on 2026-11-25, the targets are missed): at 1,000 jobs the first round is 0.2-1.2 s over 2 s on this loaded
-2-core machine (enactment of ~970 holds at ~1.5 ms per job inside slurmctld; the newer versions' reads); at
-5,000 jobs every version misses 10 s: the first round's ~4,970 holds take 7-11 s, and reading the queue is the
-rest: `squeue --json` prints 16 MB (22.05) to 39-42 MB (24.11, 26.05) for 5,000 jobs, which those versions take
-6-11 s to produce through the chroot wrappers, plus parsing, `sprio` and the per-job state rows. The next steps
-are a compact read (`squeue --format` with the few fields the controller needs, or `--only-job-state` where the
-version has it), holding deferred jobs over several rounds (the most urgent first) and an incremental state
-write; each is a change to the Slurm layer.
+How a round reads and enacts at this scale:
+- The queue (slurm/queue_read.py): on 23.x and newer a compact `squeue -h -O` listing of every job (0.1-0.2 s
+  for 5,000 jobs on 24.11, against 3.1 s for `squeue --json` and 0.8 s to parse its 39 MB), then
+  `squeue --json -j` only for the jobs whose listing changed plus a tenth of the others in turn (every record
+  is read again within 10 rounds); round 0 reads everything. 22.05 ignores `-j` in `squeue --json`, so it
+  reads everything every round (16 MB for 5,000 jobs). The column "jobs read as JSON" counts those records.
+- Holds (slurm/enact.py `MAX_NEW_HOLDS` = 500): at most 500 pending deferred jobs are held for the first time in
+  a round, the oldest first; the others already carry SiteFactor 0 behind the planned jobs and are held in the
+  next rounds (5,000 new jobs: 10 rounds). Each is one `scontrol update AdminComment=... Priority=0` (the mark
+  and an admin hold in one RPC), lists of up to 500 ids, 4 calls at once; slurmctld acts on a list one job at a
+  time (1-3 ms each here).
+- Earlier changes (2026-11-25): the SiteFactor `sprio` showed is remembered (sprio does not list held jobs), the
+  journal record is made strict JSON without a per-value ABC walk, and a round's clock starts before its reads.
 """)
 
 

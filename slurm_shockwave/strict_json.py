@@ -30,7 +30,16 @@ def finite(x):
     return x
 
 
+def _default(o):
+    return dict(o) if isinstance(o, Mapping) else str(o)
+
+
 def dumps(obj, **kw) -> str:
-    """json.dumps of `obj` with non-finite numbers as null (objects json cannot encode: their str())."""
-    kw.setdefault("default", str)
-    return json.dumps(finite(obj), allow_nan=False, **kw)
+    """json.dumps of `obj` with non-finite numbers as null (a Mapping as an object, any other object json cannot
+    encode as its str()).  Most objects hold no non-finite number: the C encoder tries first (`allow_nan=False`
+    raises on one), and only then is `obj` walked (`finite`): 0.3 s of a 1,000-job round's record otherwise."""
+    kw.setdefault("default", _default)
+    try:
+        return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        return json.dumps(finite(obj), allow_nan=False, **kw)

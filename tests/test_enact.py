@@ -2,7 +2,8 @@
 through the AdminComment mark (slurm/ownership.py), never through Slurm's hold reason."""
 import pytest
 
-from slurm_shockwave.slurm.enact import MAX_REASON_REWRITE_JOBS, MAX_REASON_REWRITES, Enactor, Observed, reconcile
+from slurm_shockwave.slurm.enact import (MAX_NEW_HOLDS, MAX_REASON_REWRITE_JOBS, MAX_REASON_REWRITES, Enactor, Observed,
+                                        reconcile)
 from slurm_shockwave.slurm.ownership import format_mark, marked, parse_mark, unmarked
 
 HIGH = 1000
@@ -28,6 +29,21 @@ def test_advisory_releases_planned_and_holds_deferred_in_batches():
     acts = verbs(reconcile(jobs, {1, 4}, "advisory", HIGH, 0.0, {}, 60, never))
     assert acts == {("release", ""): (1,), ("site_factor", HIGH): (1,), ("site_factor", 0): (2, 3),
                     ("hold", HELD): (2, 3)}
+
+
+def test_a_long_queue_is_held_over_several_rounds_oldest_first():
+    """At most MAX_NEW_HOLDS new holds a round (the oldest jobs first), all with SiteFactor 0 at once; a job of
+    ours left with requeuehold's user hold is re-held whatever the budget."""
+    n = MAX_NEW_HOLDS + 120
+    jobs = [obs(i, sf=0) for i in range(n, 0, -1)] + [obs(n + 1, held=True, reason="JobHeldUser", restarts=1, sf=0,
+                                                          ac=PREEMPTED)]
+    acts = verbs(reconcile(jobs, set(), "advisory", HIGH, 0.0, {}, 60, never))
+    assert acts[("hold", HELD)] == tuple(range(1, MAX_NEW_HOLDS + 1)) and acts[("hold", PREEMPTED)] == (n + 1,)
+    held = {i for i in range(1, MAX_NEW_HOLDS + 1)}
+    later = [obs(i, sf=0, held=i in held, reason="JobHeldAdmin" if i in held else "",
+                 ac=HELD if i in held else "") for i in range(1, n + 1)]
+    assert verbs(reconcile(later, set(), "advisory", HIGH, 0.0, {}, 60, never)) == \
+        {("hold", HELD): tuple(range(MAX_NEW_HOLDS + 1, n + 1))}
 
 
 def test_reconcile_is_idempotent_once_slurm_matches():

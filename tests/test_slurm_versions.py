@@ -133,6 +133,38 @@ def test_hold_release_and_requeuehold_reasons(lab):
     wait_for(lambda: state_of(cli, run).running, timeout=40, what="released job to run again")
 
 
+def test_incremental_queue_read_matches_a_full_read(lab):
+    """The controller's round read (a compact listing, then JSON only for changed jobs on 23.x and newer) gives
+    what a full ``squeue --json`` gives, after a hold, a comment with a newline and separators, and a cancel."""
+    cluster, cli, work = lab
+    ids = [submit(cli, work, "--gres=gpu:4", "-N", "2", "--comment", f"shockwave epochs={i}") for i in range(4)]
+    mine = SlurmCLI(env=cli.env, bin_dir=cli.bin_dir)
+
+    def same():
+        full = {j.job_id: j for j in cli.squeue_jobs(job_ids=ids)}
+        inc = {j.job_id: j for j in mine.squeue_jobs(incremental=True) if j.job_id in ids}
+        keep = ("state", "state_reason", "held", "comment", "admin_comment", "gpus", "restart_count", "nodes")
+        return {k: [getattr(v, f) for f in keep] for k, v in inc.items()} == \
+            {k: [getattr(v, f) for f in keep] for k, v in full.items()}
+    wait_for(lambda: state_of(cli, ids[0]).running, timeout=30, what="the first job running")
+    assert wait_for(same, timeout=10, what="the first reads to agree")
+    if not cluster.slurm_version.startswith("22."):
+        # a quiet queue (the scheduler's reasons settled): only changed records and the refresh turn are JSON
+        assert wait_for(lambda: same() and mine.queue.last["mode"] == "changed"
+                        and mine.queue.last["json_jobs"] < mine.queue.last["listed"], timeout=20,
+                        what="a partial read of a quiet queue")
+    assert same()
+    quiet = mine.queue.last
+    cli.hold([ids[2]])
+    cli.run(["scontrol", "update", f"JobId={ids[3]}", "Comment=shockwave epochs=3\n~00~|odd"])   # as a user may
+    cli.cancel([ids[1]])
+    assert wait_for(same, timeout=10, what="the reads to agree after the changes")
+    now = {j.job_id: j for j in mine.squeue_jobs(incremental=True)}
+    assert now[ids[3]].comment == "shockwave epochs=3\n~00~|odd" and now[ids[2]].held and now[ids[1]].finished
+    if cluster.slurm_version.startswith("22."):                     # 22.05 ignores -j in squeue --json
+        assert quiet["mode"] == mine.queue.last["mode"] == "full"
+
+
 def test_requeue_delay_and_start_time_now(lab):
     cluster, cli, work = lab
     job = submit(cli, work, "--gres=gpu:2", "--requeue")

@@ -1,6 +1,7 @@
 """SlurmBackend: the round loop's view of a real Slurm cluster.
 
-observe(): one `squeue --json` (+ `sprio` for SiteFactors) and one `sinfo --json`; the managed jobs (see
+observe(): the queue (slurm/queue_read.py: `squeue --json`, or from 23.x a compact listing and the JSON of the
+jobs that changed) + `sprio` for SiteFactors, and the nodes; the managed jobs (see
 `is_managed`) become JobViews, completed with what their training wrappers wrote to the event store.
 A failed or partial read raises (SlurmError): the daemon backs off and retries, it never acts on it.
 apply(): the reconcile of slurm/enact.py, journalled in the state store.
@@ -155,7 +156,7 @@ class SlurmBackend(ServiceBackend):
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
         begun = self.clock()        # the round's start: before the reads, so rounds are round_seconds apart
-        jobs = self.cli.squeue_jobs(with_site_factor=True)
+        jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
         nodes = self.cli.sinfo_nodes()
         if self.metrics:
             self.metrics.slurm_latency.observe(time.perf_counter() - t0)

@@ -42,6 +42,8 @@ from .errors import SlurmError, SlurmTimeout
 from .models import SlurmJob, SlurmNode
 from .parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
                     parse_sprio_site, parse_squeue_meta)
+from .queue_read import QueueReader
+from .shapes import Meta
 
 #: seconds between first seeing a requeued job PENDING and releasing it / ``StartTime=now`` (Slurm 24.11 kills a
 #: restart whose credential dates from the same second as the requeue: see the module docstring)
@@ -123,6 +125,8 @@ class SlurmCLI:
         self.node_source: str | None = None
         #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
         self.runner = runner or subprocess.run
+        #: the controller's incremental queue read (``squeue_jobs(incremental=True)``)
+        self.queue = QueueReader()
 
     @classmethod
     def from_config(cls, cfg) -> "SlurmCLI":
@@ -158,13 +162,20 @@ class SlurmCLI:
     # ------------------------------------------------------------------ reading
     def squeue_jobs(self, job_ids: Iterable[int] | None = None,
                     states: Iterable[str] | None = None,
-                    with_site_factor: bool = False) -> list[SlurmJob]:
+                    with_site_factor: bool = False, incremental: bool = False) -> list[SlurmJob]:
         """Jobs from ``squeue --json`` (finished ones included while Slurm keeps them).
 
-        ``job_ids``/``states`` filter on the client. ``with_site_factor`` adds one ``sprio``
-        call and fills ``site_factor`` for the pending, non-held jobs it lists.
+        ``job_ids``/``states`` filter on the client (and ``job_ids`` in Slurm too from 23.x, so only those are
+        read). ``with_site_factor`` adds one ``sprio`` call and fills ``site_factor`` for the pending,
+        non-held jobs it lists. ``incremental`` (the controller's round): a compact listing, then JSON only for
+        the jobs whose listing changed (:mod:`.queue_read`).
         """
-        jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
+        if incremental and job_ids is None:
+            jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
+        elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
+            jobs, meta = self._selected(sorted({int(j) for j in job_ids}))
+        else:
+            jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
         if meta.version:
             self.slurm_version = meta.version
         jobs = filter_jobs(jobs, job_ids, states)
@@ -172,6 +183,20 @@ class SlurmCLI:
             factors = self.site_factors()
             jobs = [_with_site(j, factors.get(j.job_id)) for j in jobs]
         return jobs
+
+    def _selected(self, ids: list[int]) -> tuple[list[SlurmJob], Meta]:
+        """``squeue --json -j`` (23.x and newer apply it); ids Slurm no longer knows are simply not listed."""
+        out, meta = [], Meta()
+        for i in range(0, len(ids), BATCH_SIZE):
+            try:
+                jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all", "-j",
+                                                          ",".join(map(str, ids[i:i + BATCH_SIZE]))]).stdout)
+            except SlurmError as exc:
+                if "invalid job id" not in str(exc).lower():
+                    raise
+                continue
+            out.extend(jobs)
+        return out, meta
 
     def sinfo_nodes(self) -> list[SlurmNode]:
         """Every node once: ``sinfo --json`` on 22.05; ``scontrol show nodes --json`` on newer

@@ -2,8 +2,10 @@
 differences, batched (scontrol takes job lists).  Running it twice changes nothing more.
 
 advisory (default): planned pending jobs are released (if we held them) and get a high SiteFactor;
-    deferred pending jobs get SiteFactor 0 and are held so backfill cannot start them.  Running jobs are
-    left alone.
+    deferred pending jobs get SiteFactor 0 and are held so backfill cannot start them, at most
+    `MAX_NEW_HOLDS` newly in a round (the oldest first; slurmctld takes 1-3 ms per update, so a queue of
+    5,000 new jobs is held over several rounds, while their SiteFactor 0 already keeps them behind the
+    planned ones).  Running jobs are left alone.
 authoritative: additionally a running job that lost its round is held (marked first) and signalled (its
     checkpoint signal): when its program requeues itself after the checkpoint the hold comes back with it, so
     it never restarts by itself on the GPUs it freed; a job still running after the grace period is requeued
@@ -27,6 +29,7 @@ import logging
 import re
 from dataclasses import dataclass
 
+from .errors import unreachable
 from .ownership import marked, parse_mark, unmarked
 
 log = logging.getLogger("slurm_shockwave.enact")
@@ -34,6 +37,8 @@ log = logging.getLogger("slurm_shockwave.enact")
 #: at most this many distinct mark texts, and this many jobs, are rewritten per round just to refresh a held
 #: job's reason (each job is one RPC in slurmctld: ~0.7 ms per job on 22.05, measured with 1,000 jobs)
 MAX_REASON_REWRITES = 4
+#: pending deferred jobs held for the first time in one round (a requeued job of ours is always re-held)
+MAX_NEW_HOLDS = 500
 MAX_REASON_REWRITE_JOBS = 256
 #: a run of a job that reports (it runs under the wrapper) whose wrapper has not reported this run's start yet
 #: (its signal handlers are not up: a checkpoint signal would be lost, or kill a shell that has not reached its
@@ -79,6 +84,7 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
     are no longer managed (released if held, unmarked)."""
     by_verb: dict[tuple, list] = {}
     rewrites: dict[str, list] = {}
+    new_holds: list[tuple[int, str]] = []
     reasons = {k: _VOLATILE.sub("", v) for k, v in (reasons or {}).items() if isinstance(v, str)}
 
     def add(verb, job, value=None):
@@ -101,8 +107,10 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 old = parse_mark(j.admin_comment) if ours else None
                 reason = reasons.get(j.job_id) or (old.reason if old else "") or "deferred"
                 want = marked(j.admin_comment, "held", reason)
-                if not j.held or (ours and j.hold_reason == "JobHeldUser"):
-                    add("hold", j.job_id, want)          # mark first, then hold (as admin)
+                if ours and j.hold_reason == "JobHeldUser":
+                    add("hold", j.job_id, want)          # ours, left with requeuehold's user hold
+                elif not j.held:
+                    new_holds.append((j.job_id, want))   # marked and held as admin in one update
                 elif ours and want != j.admin_comment:
                     rewrites.setdefault(want, []).append(j.job_id)
         elif j.state == "RUNNING":
@@ -128,6 +136,8 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 add("signal", j.job_id, signal)
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):
                 add("requeue_hold", j.job_id, want)
+    for job_id, want in sorted(new_holds)[:MAX_NEW_HOLDS]:
+        add("hold", job_id, want)
     for o in orphans:
         if o.held:
             add("release", o.job_id, unmarked(o.admin_comment))
@@ -144,14 +154,6 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
     order = ("update_gpus", "hold", "signal", "requeue_hold", "site_factor", "release", "mark")
     return [Action(verb, tuple(sorted(ids)), value)
             for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
-
-
-def _unreachable(exc: Exception) -> bool:
-    """Did this call fail because slurmctld did not answer (rather than because of the job)?"""
-    from .errors import SlurmTimeout
-    text = str(exc).lower()
-    return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or \
-        "connection refused" in text
 
 
 def signal_time(entry, restart_count: int):
@@ -189,7 +191,7 @@ class Enactor:
                 results.append((a, "failed"))
                 if self.metrics:
                     self.metrics.enact_errors.labels(a.verb).inc()
-                if _unreachable(e):
+                if unreachable(e):
                     # slurmctld is away: the other calls would each wait for their timeout too; the next
                     # round re-reads Slurm and reconciles what is left
                     skipped = actions[actions.index(a) + 1:]

@@ -38,3 +38,10 @@ class SlurmError(BackendUnavailable):
 
 class SlurmTimeout(SlurmError):
     """A Slurm command did not finish within the timeout (it was killed)."""
+
+
+def unreachable(exc: Exception) -> bool:
+    """Did this call fail because slurmctld did not answer (rather than because of what it was asked)?"""
+    text = str(exc).lower()
+    return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or \
+        "connection refused" in text
