@@ -69,9 +69,32 @@ def test_incremental_equals_whole_fold_and_redone_epochs_count_once():
     a, b = st.progress(), summarize(evs)
     assert a == b
     assert a.epochs_done == 3 and a.bs_per_epoch == (32, 64, 64) and a.epochs_by_bs == {32: 1, 64: 3}
-    assert a.epoch_duration_by_bs == {32: 10.0, 64: 6.0} and a.busy_seconds(1.0) == 22.0
+    # the restarted run's first epoch (7 s) counts but is not timed (it may have resumed mid-epoch)
+    assert a.epoch_duration_by_bs == {32: 10.0, 64: 5.5} and a.busy_seconds(1.0) == 21.0
     restored = ProgressState.from_dict("7", json.loads(json.dumps(st.to_dict())))
     assert restored.progress() == a
+
+
+def test_the_first_epoch_of_a_resumed_run_is_counted_not_timed():
+    """Resumed mid-epoch, a run's first epoch reports only its own part (30 of 100 s): it counts as an epoch done
+    but is neither a duration nor a throughput sample; the next epochs of that run are.  A saved state from before
+    (two-element entries) restores as all timed."""
+    evs = [ev("start", ts=0), ev("epoch_end", 0, ts=100, duration_s=100.0), ev("epoch_end", 1, ts=200, duration_s=100.0),
+           ev("start", ts=300, restart=1), ev("epoch_end", 2, ts=340, duration_s=30.0, restart=1, samples=1000),
+           ev("epoch_end", 3, ts=440, duration_s=100.0, restart=1),
+           ev("start", ts=500, restart=2), ev("epoch_end", 4, bs=64, ts=520, duration_s=10.0, restart=2)]
+    p = summarize(evs)
+    assert p.epochs_done == 5 and p.epochs_by_bs == {32: 4, 64: 1}
+    assert p.epoch_duration_by_bs == {32: 100.0}                   # 64 has no timed epoch yet: not guessed here
+    assert p.last_throughput is None
+    st = ProgressState("7")
+    st.add(evs[:4])
+    st.add(evs[4:])
+    assert st.progress() == p                                     # incremental, the same
+    old = st.to_dict()
+    old["dur"] = {"32": [300.0, 3]}
+    old["runs"], old["done"] = [[32, 3]], 3
+    assert ProgressState.from_dict("7", old).progress().epoch_duration_by_bs == {32: 100.0}
 
 
 def test_ended_early_and_hint_conflicts_are_in_the_summary():

@@ -7,6 +7,9 @@ Memory is bounded per job whatever the job writes:
 * the batch size of each completed epoch is kept run-length encoded (``bs_runs``: ``(batch size, epochs)``
   pairs, at most ``MAX_RUNS``; beyond that the two oldest runs merge and ``history_truncated`` is set);
 * epoch counts and duration sums per batch size (at most ``MAX_BATCH_SIZES`` distinct sizes; more are ignored);
+  the first epoch a restarted run reports is counted but not timed: a program resumed mid-epoch from its
+  checkpoint reports only the part it ran (a 1/3 epoch averaged as a whole one made a long job look 1/3 shorter
+  and kept it off the critical path in the replay, docs/replay.md), and so is not a throughput sample either;
 * an ``epoch_end`` whose ``epoch`` is at or beyond the job's total (its own report, else the declared
   ``epochs=`` hint, else ``MAX_EPOCHS``) or jumps more than ``MAX_EPOCH_JUMP`` past the last one is ignored and
   counted in ``ignored`` (a hostile ``"epoch": 9999999`` changes nothing).
@@ -121,7 +124,7 @@ class ProgressState:
         self.declared: dict[str, Any] = {k: v for k, v in (declared or {}).items() if k in HINT_FIELDS}
         self.v: dict[str, Any] = {"restarts": 0}
         self.runs: list[list[int]] = []            # [[bs, epochs], ...] for epochs 0..epochs_done-1
-        self.dur: dict[int, list[float]] = {}      # bs -> [sum of duration_s, epochs]
+        self.dur: dict[int, list[float]] = {}      # bs -> [sum of timed duration_s, epochs, epochs timed]
         self.epochs_done = 0
         self.bs: int | None = None
         self.bs_ts = -1.0
@@ -152,7 +155,9 @@ class ProgressState:
         v["restarts"] = max(v["restarts"], e.restart)
         if ts["last"] is None or e.ts > ts["last"]:
             ts["last"] = e.ts
-        if e.kind == "epoch_end" and not self._epoch(e):
+        # the first epoch_end of a restarted run (its restart count not measured yet): partial if resumed mid-epoch
+        resumed = e.kind == "epoch_end" and e.restart > 0 and str(e.restart) not in self.pre["done"]
+        if e.kind == "epoch_end" and not self._epoch(e, resumed):
             self.ignored += 1
             return
         self._preemption(e)
@@ -173,7 +178,7 @@ class ProgressState:
                 self._set_bs(e)
         elif e.kind == "epoch_end":
             self._set_bs(e)
-            if e.throughput is None and e.samples and e.duration_s:
+            if e.throughput is None and e.samples and e.duration_s and not resumed:
                 v.update(last_throughput=e.samples / e.duration_s, last_throughput_bs=e.batch_size,
                          last_throughput_gpus=e.gpus)
         elif e.kind == "batch_size_change":
@@ -219,17 +224,19 @@ class ProgressState:
         if e.ts >= self.bs_ts:
             self.bs, self.bs_ts = e.batch_size, e.ts
 
-    def _epoch(self, e: Event) -> bool:
-        """Record one epoch_end; False if it is out of bounds (ignored)."""
+    def _epoch(self, e: Event, resumed: bool = False) -> bool:
+        """Record one epoch_end (`resumed`: counted, not timed); False if it is out of bounds (ignored)."""
         n, bs = int(e.epoch), int(e.batch_size)
         limit = min(int(e.total_epochs), MAX_EPOCHS) if e.total_epochs else self.limit()
         if n >= limit or n > self.epochs_done + MAX_EPOCH_JUMP:
             return False
         if bs not in self.dur and len(self.dur) >= MAX_BATCH_SIZES:
             return False
-        acc = self.dur.setdefault(bs, [0.0, 0])
-        acc[0] += float(e.duration_s)
+        acc = self.dur.setdefault(bs, [0.0, 0, 0])
         acc[1] += 1
+        if not resumed:
+            acc[0] += float(e.duration_s)
+            acc[2] += 1
         if n >= self.epochs_done:           # new epoch(s): unreported ones take the previous size
             gap = n - self.epochs_done
             if gap:
@@ -291,8 +298,8 @@ class ProgressState:
         return JobProgress(
             job_id=self.job_id, epochs_done=self.epochs_done, total_epochs=total,
             batch_size=self.bs, bs_runs=tuple((b, n) for b, n in self.runs),
-            epoch_duration_by_bs={b: s / n for b, (s, n) in sorted(self.dur.items())},
-            epochs_by_bs={b: int(n) for b, (_, n) in sorted(self.dur.items())},
+            epoch_duration_by_bs={b: s / t for b, (s, _, t) in sorted(self.dur.items()) if t},
+            epochs_by_bs={b: int(n) for b, (_, n, _) in sorted(self.dur.items())},
             finished=finished, exit_code=exit_code, exit_reason=reason, last_event_ts=ts["last"],
             started=ts["start"] >= 0, running=ts["start"] >= 0 and ts["start"] > ts["end"],
             requeued_after_exit=ts["exit"] >= 0 and ts["requeue"] >= ts["exit"],
@@ -330,7 +337,8 @@ class ProgressState:
             st.v = {str(k): val for k, val in dict(data["v"]).items()}
             st.v.setdefault("restarts", 0)
             st.runs = [[int(b), int(n)] for b, n in data["runs"]][:MAX_RUNS]
-            st.dur = {int(b): [float(a[0]), int(a[1])] for b, a in dict(data["dur"]).items()}
+            st.dur = {int(b): [float(a[0]), int(a[1]), int(a[2] if len(a) > 2 else a[1])]   # before: all timed
+                      for b, a in dict(data["dur"]).items()}
             st.epochs_done = int(data["done"])
             st.bs = None if data["bs"] is None else int(data["bs"])
             st.bs_ts = float(data["bs_ts"])
