@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_shockwave.data_files import DEFAULT_EXPERIMENT, experiment_paths  # noqa: E402
-from slurm_shockwave.replay.api import replay  # noqa: E402
+from slurm_shockwave.replay.api import replay, start_cost  # noqa: E402
 from slurm_shockwave.replay.compare import render_markdown  # noqa: E402
 from slurm_shockwave.strict_json import dumps  # noqa: E402
 
@@ -60,13 +60,17 @@ def section(res: dict) -> str:
     extra = (f"restart cost measured {res['restart_cost_s']:.0f} trace s (mean of {real['restart_cost_n']} "
              f"restarts: release to work resumed), checkpoint {real.get('checkpoint_s') or 0:.0f} trace s, "
              f"first-start latency {real.get('start_latency_s') or 0:.0f} trace s"
-             if res.get("restart_cost_s") else f"first-start latency {real.get('start_latency_s') or 0:.0f} trace s")
+             if res.get("restart_cost_s") else
+             f"programs' start-up {real.get('first_startup_s') or 0:.1f} trace s (the simulated start cost)"
+             if res.get("fair_share") else f"first-start latency {real.get('start_latency_s') or 0:.0f} trace s")
     return (f"### policy {res['policy']}, time scale {res['time_scale']:g}\n\n"
             f"    {res.get('command') or 'shockwave replay'}\n\n"
             f"{res['date']}; Slurm {res['slurm_version']}; {res['jobs']} jobs, {res['gpus']} GPUs on {res['nodes']} "
             f"nodes, {res['users']} users; rounds {res['round_seconds']:g} s; wall {res['wall_s']:.0f} s "
             f"({res['wall_s'] / 60:.1f} min); load average (1/5/15 min) {load} on {res['cpus']} cores; {extra}; "
-            f"{real.get('rounds') or '-'} controller rounds.\n\n"
+            f"{real.get('rounds') or '-'} controller rounds; fair-share "
+            f"{'real (' + res['fair_share'] + ')' if res.get('fair_share') else 'inert (no slurmdbd: before 2026-11-26 16:00)'}."
+            "\n\n"
             + render_markdown(res) + "\n\n" + "\n".join(f"- {t}" for t in targets(res)) + "\n")
 
 
@@ -87,8 +91,10 @@ DOC_HEAD = """# Real Slurm at the paper's scale: replay vs simulator
 Written by `bench/replay.py` (issue 23). `shockwave replay` starts a local Slurm cluster of 8 slurmd with 4 fake
 GPUs each, submits every job of the bundled 120-job trace at its arrival / S (S: the time scale) as one of 4
 users, round robin, and runs it to the end: with the controller in authoritative mode (rounds of 120 s / S) or,
-for policy `slurm`, with no controller (Slurm's multifactor priority and backfill; fair-share is configured but
-inert without slurmdbd). Every job is an emulated training program (`slurm_shockwave/replay/emujob.py`) under
+for policy `slurm`, with no controller (Slurm's multifactor priority and backfill). Fair-share is real since
+2026-11-26 16:00 (slurmdbd and MariaDB beside the cluster, one account per user at 1 share; the site's settings and
+their trace-time model: `slurm_shockwave/replay/site.py`); the runs before had it inert. Every job is an
+emulated training program (`slurm_shockwave/replay/emujob.py`) under
 the real wrapper (`shockwave-run`), reporting every epoch through the Training API to the real event store,
 checkpointing after each epoch (every k-th for epochs shorter than 0.25 s of wall time) and on Slurm's signal,
 and resuming after the requeue; an epoch sleeps its profiled duration at its batch size (GNS / Accordion
@@ -97,8 +103,9 @@ or a daemon is left behind.
 
 The simulated column runs the same trace (same users) in the simulator with the restart cost measured in the
 real run (from the controller's release of a requeued job to the moment its program resumes work) as the
-restart penalty and as the preemption gate's cost; plain Slurm is simulated by the `slurm-multifactor` model when
-the policy registry has it, otherwise by first come first served with backfill in continuous time (a gang on one
+restart penalty and as the preemption gate's cost; plain Slurm is simulated by the `slurm-multifactor` model (with
+the cluster's PriorityCalcPeriod of 1 wall minute = S trace minutes, for the runs with fair-share) when the policy
+registry has it, otherwise by first come first served with backfill in continuous time (a gang on one
 node). All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
 `slurm_shockwave/replay/collect.py`.
 
@@ -112,9 +119,10 @@ def resimulate(res: dict) -> None:
     from slurm_shockwave.replay.api import load
     thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
     _jobs, specs, table = load(res["trace"], thr, res["gpus"], res["users"])
-    cost = res.get("restart_cost_s")
     res["simulated"] = compare.simulate(specs, table, res["gpus"], res["nodes"], res["policy"],
-                                        cost if cost is not None else 20.0)
+                                        start_cost(res["real"]) if res.get("fair_share") else
+                                        res.get("restart_cost_s") or 20.0,
+                                        res["time_scale"] if res.get("fair_share") else None)
     res["deviation"] = compare.deviation(res["real"], res["simulated"])
 
 

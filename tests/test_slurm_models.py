@@ -53,6 +53,23 @@ def test_usage_decays_with_the_half_life_and_sets_the_fairshare_factor():
     assert pol.priority(cv([x, y], 2000.0, 4), y) > pol.priority(cv([x, y], 2000.0, 4), x)
 
 
+def test_the_fairshare_factor_sees_usage_as_of_the_last_calc_period_tick():
+    pol = make_policy("slurm-multifactor", {"calc_period_s": 600.0})
+    a, b = sj("a", user="alice"), sj("b", user="bob")
+    pol.decide(cv([a, b], 0.0, 4))                                      # a tick: no usage yet
+    pol.decide(cv([a, b], 120.0, 4, ran={"a": 120.0}))
+    assert pol.usage["alice"] == pytest.approx(120.0) and pol.fairshare("alice") == pol.fairshare("bob") == 1.0
+    pol.decide(cv([a, b], 600.0, 4, ran={"a": 480.0}))                  # 600 s after the last tick: recalculated
+    assert pol.fairshare("alice") < pol.fairshare("bob")
+    every_round = make_policy("slurm-multifactor")                       # the default: every round
+    every_round.decide(cv([a, b], 0.0, 4))
+    every_round.decide(cv([a, b], 120.0, 4, ran={"a": 120.0}))
+    assert every_round.fairshare("alice") < every_round.fairshare("bob")
+    again = make_policy("slurm-multifactor", {"calc_period_s": 600.0})
+    again.load_state_dict(pol.state_dict())
+    assert again.fairshare("alice") == pol.fairshare("alice")
+
+
 def backfill_case(policy, cfg=None):
     """4 GPUs.  r (2 GPUs, limit 3000 s) started at 0; at 120 s come A (4 GPUs: the top priority), B (2 GPUs,
     limit 3000 s) and C (2 GPUs, limit 300 s)."""

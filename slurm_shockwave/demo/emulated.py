@@ -70,7 +70,8 @@ def run_demo(nodes: int = 2, gpus_per_node: int = 4, time_scale: float = 40.0, s
     if where == "simulated":
         _jobs, specs, table = load(trace, thr, gpus, USERS, first)
         runs = {label: {"real": {}, "jobs": [], "simulated": simulate(specs, table, gpus, nodes,
-                                                                       "slurm" if label == "slurm" else policy, 60.0)}
+                                                                       "slurm" if label == "slurm" else policy, 60.0,
+                                                                       time_scale)}
                 for label in labels}
     jobs, _specs, _table = load(trace, thr, gpus, USERS, first)
     import shutil
@@ -166,8 +167,9 @@ It ran on a local Slurm {(runs.get('shockwave') or {}).get('slurm_version', '?')
 {res['wall_s']:.0f} s from start to end ({walls}). The same {len(res.get('workload', []))} jobs were submitted twice,
 each at its arrival time / {res['time_scale']:g}, round robin as {USERS} users:
 
-1. **plain Slurm**: no controller; Slurm as a site configures it: multifactor priority (age and job size; fair-share
-   is configured but inert without slurmdbd), backfill, and time limits of 1.5 x each job's run time alone;
+1. **plain Slurm**: no controller; Slurm as a site configures it: multifactor priority (age, job size and
+   fair-share between the users, each with an account in a real slurmdbd), backfill, and time limits of 1.5 x each
+   job's run time alone;
 2. **Shockwave**: the controller (policy `{res['policy']}`, authoritative, rounds of 120 s / {res['time_scale']:g} =
    {res['round_seconds']:g} s) holds deferred jobs, releases planned ones and checkpoints + requeues jobs that lose
    their round.

@@ -294,6 +294,10 @@ def render_slurm_conf(paths: Paths, s: ClusterSettings) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: minutes between Slurm's recalculations of priorities and fair-share usage with accounting (its shortest)
+PRIORITY_CALC_PERIOD_MIN = 1
+
+
 def accounting_lines(p: Paths, s: ClusterSettings) -> list[str]:
     """slurm.conf with slurmdbd: clients and slurmctld reach slurmdbd through the munge socket named by
     ``AccountingStoragePass`` (``AuthInfo`` is not used for it); ``limits`` makes Slurm add a job's usage when
@@ -304,7 +308,7 @@ def accounting_lines(p: Paths, s: ClusterSettings) -> list[str]:
             f"AccountingStoragePort={s.dbd_port}", f"AccountingStoragePass={p.munge_socket}",
             "AccountingStorageEnforce=associations,limits",
             "AccountingStorageTRES=" + ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in dict.fromkeys(s.gpu_types))]),
-            "PriorityCalcPeriod=1"]
+            f"PriorityCalcPeriod={PRIORITY_CALC_PERIOD_MIN}"]
 
 
 def render_gres_conf(paths: Paths, s: ClusterSettings) -> str:

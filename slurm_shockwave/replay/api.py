@@ -22,6 +22,13 @@ def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None
     return jobs, plan.with_users(specs, jobs), table
 
 
+def start_cost(real: dict) -> float:
+    """What a start costs the simulated jobs: the restart cost measured in the real run; with no restarts (plain
+    Slurm) the programs' own start-up measured there (the simulator charges it on first starts too)."""
+    cost = real.get("restart_cost_s")
+    return float(cost) if cost is not None else float(real.get("first_startup_s") or 0.0)
+
+
 def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float = 30.0, policy: str = "shockwave",
            users: int = 4, first: int | None = None, out=print, keep: bool = False, slurm: str | None = None,
            timeout_s: float | None = None, progress_every: float = 15.0, argv=None) -> dict:
@@ -30,7 +37,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     if policy != "slurm":
         from solver.policies import policy_class
         policy_class(policy)                         # an unknown name fails here, before a cluster starts
-    guess = compare.simulate(specs, table, gpus, nodes, policy, 20.0)
+    guess = compare.simulate(specs, table, gpus, nodes, policy, 20.0, time_scale)
     expected = guess["makespan_s"] / time_scale
     out(f"{len(jobs)} jobs, {gpus} GPUs on {nodes} nodes, users {', '.join(plan.users(users))}; time scale "
         f"{time_scale:g} (rounds of {120 / time_scale:g} s); the simulator expects a makespan of "
@@ -41,7 +48,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     raw = r.run()
     real = measure(raw, jobs, time_scale, gpus, policy)
     cost = real.get("restart_cost_s")
-    sim = compare.simulate(specs, table, gpus, nodes, policy, cost if cost is not None else 20.0)
+    sim = compare.simulate(specs, table, gpus, nodes, policy, start_cost(real), time_scale)
     return {"policy": policy, "time_scale": time_scale, "round_seconds": 120 / time_scale, "gpus": gpus,
             "nodes": nodes, "jobs": len(jobs), "users": users, "trace": str(trace),
             "slurm_version": raw["slurm_version"], "wall_s": round(raw["wall_s"], 1),
@@ -49,4 +56,5 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
             "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "command": "shockwave replay " + shlex.join(argv) if argv else None,
             "restart_cost_s": cost, "real": real, "simulated": sim, "deviation": compare.deviation(real, sim),
+            "fair_share": "slurmdbd, one account per user",
             "root": raw["root"], "kept": keep}

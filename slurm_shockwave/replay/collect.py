@@ -98,6 +98,8 @@ def gather(replay) -> dict:
             if r == 0:
                 first = max([sub["submit"], *rel[-1:]])
                 rec["latency"] = rec["work_start"] - first
+                if 0 in started and started[0] <= rec["work_start"]:
+                    rec["startup"] = rec["work_start"] - started[0]       # the program's own start, no queue
             elif rel:
                 restart_costs.append(rec["work_start"] - rel[-1])
                 if r in started and started[r] >= rel[-1]:
@@ -111,7 +113,8 @@ def gather(replay) -> dict:
                      "restarts": slurm.restart_count if slurm else max(runs, default=0),
                      "segments": segments, "restart_costs": restart_costs, "checkpoint_s": checkpoint_s,
                      "placement_s": placement, "startup_s": startup,
-                     "latency": runs.get(0, {}).get("latency"), "epochs": sum(epochs.values())})
+                     "latency": runs.get(0, {}).get("latency"), "first_startup": runs.get(0, {}).get("startup"),
+                     "epochs": sum(epochs.values())})
     if problems:
         raise ReplayError("the replay lost or repeated work:\n  " + "\n  ".join(problems[:20]))
     return {"jobs": jobs, "t0": replay.t0, "journal": {"preemptions": journal["preemptions"],
@@ -167,6 +170,8 @@ def measure(raw: dict, jobs, scale: float, gpus: int, policy: str) -> dict:
                restart_startup_s=_mean([c * scale for r in raw["jobs"] for c in r.get("startup_s", [])]),
                start_latency_s=((_mean([r["latency"] for r in raw["jobs"]]) or 0.0) * scale
                                 if policy != "slurm" else None),    # without a controller: the queue wait
+               first_startup_s=_mean([r["first_startup"] * scale for r in raw["jobs"]
+                                      if r.get("first_startup") is not None]),
                epochs=sum(r["epochs"] for r in raw["jobs"]))
     counts = raw["journal"].get("preemptions") or {}
     if counts:

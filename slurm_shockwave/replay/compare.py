@@ -5,8 +5,8 @@ the real run (collect.py) as its `restart_penalty` and as its preemption gate's 
 preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds.
 
 For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy when the policy
-registry has it; until then `fifo_backfill` below: continuous time, jobs in submission order (every job has the
-same priority factors here: age only, fair-share being inert without slurmdbd), a job starts as soon as a node
+registry has it, with the real cluster's PriorityCalcPeriod (1 minute of wall time, in trace seconds); until then
+`fifo_backfill` below: continuous time, jobs in submission order (ignoring fair-share), a job starts as soon as a node
 has its GPUs free (best fit, a gang on one node, as `--nodes=1` asks), a later job starts first when it fits
 (backfill with no time limits), nobody is preempted.
 """
@@ -19,6 +19,7 @@ from ..controller.loop import RoundLoop
 from ..metrics import compute
 from ..sim.cluster import SimulatedCluster
 from .collect import figures, user_share
+from .site import model_settings
 
 SLURM_MODEL = "slurm-multifactor"
 KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), ("worst_rho", "worst rho", 3),
@@ -36,12 +37,16 @@ def slurm_model() -> str:
         return "fifo+backfill"
 
 
-def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float) -> dict:
+def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
+             time_scale: float | None = None) -> dict:
+    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)."""
+    slurm_settings = model_settings(time_scale) if time_scale else None
     model = slurm_model() if policy == "slurm" else policy_class(policy).name
     if model == "fifo+backfill":
         return fifo_backfill(specs, gpus, nodes, table)
     cluster = SimulatedCluster(specs, table, gpus, round_length=120.0, restart_penalty=restart_cost)
-    loop = RoundLoop(cluster, make_policy(model), keep_records=True, mode="authoritative",
+    loop = RoundLoop(cluster, make_policy(model, slurm_settings if policy == "slurm" else None),
+                     keep_records=True, mode="authoritative",
                      preemption_cost_s=restart_cost if policy != "slurm" else None)
     loop.run()
     m = compute(model, cluster.finished, gpus, n_trace=len(specs), busy_gpu_seconds=cluster.busy_gpu_seconds,

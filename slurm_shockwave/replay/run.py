@@ -27,21 +27,12 @@ from ..localcluster import LocalCluster, SlurmUnavailable
 from ..localcluster.daemons import stop_child
 from ..slurm import FINISHED_STATES
 from .collect import gather
+from .site import account_of, site_priority
 from . import plan as P
 from .errors import ReplayError
 
 REPO = Path(__file__).resolve().parent.parent.parent
 JOB_SCRIPT = Path(__file__).resolve().parent / "emujob.sh"
-#: Slurm as a site would configure it (the plain-Slurm run and the one under the controller alike), as the
-#: simulator's model of it assumes (solver/policies/slurm_multifactor.py): multifactor priority with the Slurm
-#: docs' example weights (age, fair-share, job size), backfill, users asking TIME_LIMIT_FACTOR x the job's run
-#: time alone at its first batch size.  Fair-share needs slurmdbd, which the local cluster does not run: its
-#: factor is the same for every job here (the model's is not).
-SITE_PRIORITY = ("PriorityWeightAge=1000", "PriorityMaxAge=14-0", "PriorityWeightFairshare=10000",
-                 "PriorityDecayHalfLife=14-0", "PriorityWeightJobSize=1000", "PriorityFavorSmall=NO",
-                 "MinJobAge=3600",
-                 # a site's scheduler passes (sched_interval 60 s, bf_interval 30 s) at the time scale, at least 1 s
-                 "SchedulerParameters=sched_interval=1,bf_interval=1,bf_continue")
 TIME_LIMIT_FACTOR = 1.5
 #: CPUs of a node per GPU: a job asks for its GPUs' share of a node's CPUs (Slurm's job size factor counts CPUs)
 CPUS_PER_GPU = 2
@@ -105,10 +96,12 @@ class Replay:
     def _start_cluster(self) -> None:
         if os.geteuid() != 0:
             raise SlurmUnavailable("not root")
+        users = sorted({j.user for j in self.jobs})
         self.cluster = LocalCluster(self.root / "slurm", nodes=self.nodes, gpus_per_node=self.gpus // self.nodes,
                                     cpus_per_node=CPUS_PER_GPU * max(1, self.gpus // self.nodes), slurm=self.slurm,
                                     binds=[REPO], rw_binds=[self.root], host_python=sys.executable,
-                                    extra_conf=SITE_PRIORITY)
+                                    extra_conf=site_priority(self.scale),
+                                    accounts={account_of(u): 1 for u in users}, users={u: account_of(u) for u in users})
         self.cluster.ensure_installed()
         self.cluster.up()
         self.out(f"local Slurm {self.cluster.slurm_version} cluster up: {self.nodes} nodes x "

@@ -17,7 +17,8 @@ PriorityFavorSmall=NO; one partition and no QOS, so those factors are equal for 
                 root with one share, where effective usage = usage: S = 1 / users seen, U = the user's decayed
                 GPU-seconds / everyone's)
     usage     = usage * 2^(-dt / PriorityDecayHalfLife) + GPU-seconds run in the round (GPUs billed: the
-                TRESBillingWeights a GPU site sets)
+                TRESBillingWeights a GPU site sets); the factor sees it as of the last PriorityCalcPeriod tick
+                (`calc_period_s`; 0, the default here, = every round; the replay sets its cluster's 1 minute)
 
 Jobs are taken by priority, then submission, then id; a running job keeps the priority it started with (Slurm
 recalculates pending jobs only, without PriorityFlags=CALCULATE_RUNNING).  A trace with one user (or none)
@@ -58,6 +59,8 @@ class SlurmConfig(BaseModel):
     weight_job_size: int = Field(1000, ge=0, le=2**32 - 1, description="PriorityWeightJobSize")
     max_age_s: float = Field(14 * DAY, gt=0.0, description="PriorityMaxAge, seconds (the age factor's full value)")
     decay_half_life_s: float = Field(14 * DAY, gt=0.0, description="PriorityDecayHalfLife, seconds (usage decay)")
+    calc_period_s: float = Field(0.0, ge=0.0, le=DAY, description="PriorityCalcPeriod, seconds: the fair-share "
+                                 "factor sees usage as of its last recalculation (0: every round)")
     favor_small: bool = Field(False, description="PriorityFavorSmall: the smaller job the larger size factor")
     time_limit_factor: float = Field(1.5, ge=1.0, le=1000.0, description="the users' time limits: this x the "
                                      "job's run time alone on its gang when first seen (backfill's estimate)")
@@ -82,6 +85,8 @@ class SlurmMultifactor(Policy):
         self.eligible: dict = {}       # job -> when it became eligible (arrival, or its last requeue)
         self.started: dict = {}        # running job -> [start of its current run, priority it started with]
         self.last_now: float | None = None
+        self.seen: dict = {}           # user -> usage as of the last PriorityCalcPeriod tick (what the factor sees)
+        self.last_calc: float | None = None
 
     # ------------------------------------------------------------------ priority
     def _charge(self, view: ClusterView) -> None:
@@ -97,11 +102,15 @@ class SlurmMultifactor(Policy):
             if jid in self.users:
                 user, gpus = self.users[jid]
                 self.usage[user] = self.usage.get(user, 0.0) + seconds * gpus
+        if self.last_calc is None or view.now - self.last_calc >= self.config.calc_period_s:
+            self.seen, self.last_calc = dict(self.usage), float(view.now)
+        else:                                          # a user first seen between two ticks starts at 0
+            self.seen = {u: self.seen.get(u, 0.0) for u in self.usage}
 
     def fairshare(self, user: str) -> float:
-        total = sum(self.usage.values())
-        shares = 1.0 / max(1, len(self.usage))
-        return 2.0 ** (-(self.usage.get(user, 0.0) / total) / shares) if total > 0 else 1.0
+        total = sum(self.seen.values())
+        shares = 1.0 / max(1, len(self.seen))
+        return 2.0 ** (-(self.seen.get(user, 0.0) / total) / shares) if total > 0 else 1.0
 
     def priority(self, view: ClusterView, job) -> int:
         cfg = self.config
@@ -206,7 +215,8 @@ class SlurmMultifactor(Policy):
         return {"usage": [[k, v] for k, v in self.usage.items()], "users": [[k, v] for k, v in self.users.items()],
                 "limit": [[k, v] for k, v in self.limit.items()],
                 "eligible": [[k, v] for k, v in self.eligible.items()],
-                "started": [[k, v] for k, v in self.started.items()], "last_now": self.last_now}
+                "started": [[k, v] for k, v in self.started.items()], "last_now": self.last_now,
+                "seen": [[k, v] for k, v in self.seen.items()], "last_calc": self.last_calc}
 
     def load_state_dict(self, state: dict) -> None:
         self.usage = {k: float(v) for k, v in state["usage"]}
@@ -215,3 +225,5 @@ class SlurmMultifactor(Policy):
         self.eligible = {k: float(v) for k, v in state["eligible"]}
         self.started = {k: list(v) for k, v in state["started"]}
         self.last_now = state["last_now"]
+        self.seen = {k: float(v) for k, v in state.get("seen", [])}
+        self.last_calc = state.get("last_calc")

@@ -1,0 +1,38 @@
+"""The site the replay's cluster is configured as, and the same site in the simulator's terms.
+
+Slurm as a site would configure it (the plain-Slurm run and the one under the controller alike), as the
+simulator's model of it assumes (solver/policies/slurm_multifactor.py): multifactor priority with the Slurm docs'
+example weights (age, fair-share, job size; the classic fair-share factor), backfill, users asking
+TIME_LIMIT_FACTOR (run.py) x the job's run time alone at its first batch size.  Fair-share is real: slurmdbd and
+MariaDB run beside the cluster, each user of the trace has an account of its own (1 share each) and usage is
+billed in GPUs (localcluster/config.py).  The model's 14-day age and usage half-life are trace time, so they are
+divided by the time scale in slurm.conf; the cluster's PriorityCalcPeriod (wall minutes) is multiplied by it for
+the model.
+"""
+from __future__ import annotations
+
+from ..localcluster.config import PRIORITY_CALC_PERIOD_MIN
+
+SITE_WEIGHTS = ("PriorityWeightAge=1000", "PriorityWeightFairshare=10000", "PriorityWeightJobSize=1000",
+                "PriorityFavorSmall=NO", "PriorityFlags=NO_FAIR_TREE", "MinJobAge=3600",
+                # a site's scheduler passes (sched_interval 60 s, bf_interval 30 s) at the time scale, at least 1 s
+                "SchedulerParameters=sched_interval=1,bf_interval=1,bf_continue")
+#: the model's PriorityMaxAge and PriorityDecayHalfLife (trace seconds)
+SITE_DAYS_S = 14 * 86400.0
+
+
+def site_priority(scale: float) -> tuple[str, ...]:
+    """slurm.conf lines of the replay's site at time scale `scale` (minutes: Slurm's unit for both)."""
+    minutes = max(1, round(SITE_DAYS_S / scale / 60))
+    return (*SITE_WEIGHTS, f"PriorityMaxAge={minutes}", f"PriorityDecayHalfLife={minutes}")
+
+
+def model_settings(scale: float) -> dict:
+    """The `slurm-multifactor` settings of the same site, in trace seconds."""
+    return {"max_age_s": SITE_DAYS_S, "decay_half_life_s": SITE_DAYS_S,
+            "calc_period_s": PRIORITY_CALC_PERIOD_MIN * 60.0 * scale}
+
+
+def account_of(user: str) -> str:
+    """The account of a trace user on the replay's cluster (one each, 1 share)."""
+    return f"acct-{user}"[:30]
