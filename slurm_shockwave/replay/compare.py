@@ -40,12 +40,12 @@ def slurm_model() -> str:
 def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
              time_scale: float | None = None) -> dict:
     """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)."""
-    slurm_settings = model_settings(time_scale) if time_scale else None
     model = slurm_model() if policy == "slurm" else policy_class(policy).name
     if model == "fifo+backfill":
         return fifo_backfill(specs, gpus, nodes, table)
     cluster = SimulatedCluster(specs, table, gpus, round_length=120.0, restart_penalty=restart_cost)
-    loop = RoundLoop(cluster, make_policy(model, slurm_settings if policy == "slurm" else None),
+    loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if policy == "slurm" and time_scale
+                                          else None),
                      keep_records=True, mode="authoritative",
                      preemption_cost_s=restart_cost if policy != "slurm" else None)
     loop.run()

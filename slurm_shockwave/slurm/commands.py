@@ -42,7 +42,7 @@ from .errors import SlurmError, SlurmTimeout
 from .models import SlurmJob, SlurmNode
 from .parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
                     parse_sprio_site, parse_squeue_meta)
-from .queue_read import QueueReader
+from .queue_read import QueueReader, read_selected
 from .shapes import Meta
 
 #: seconds between first seeing a requeued job PENDING and releasing it / ``StartTime=now`` (Slurm 24.11 kills a
@@ -173,7 +173,8 @@ class SlurmCLI:
         if incremental and job_ids is None:
             jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
         elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
-            jobs, meta = self._selected(sorted({int(j) for j in job_ids}))
+            jobs, meta = read_selected(lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids}))
+            meta = meta or Meta()
         else:
             jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
         if meta.version:
@@ -183,20 +184,6 @@ class SlurmCLI:
             factors = self.site_factors()
             jobs = [_with_site(j, factors.get(j.job_id)) for j in jobs]
         return jobs
-
-    def _selected(self, ids: list[int]) -> tuple[list[SlurmJob], Meta]:
-        """``squeue --json -j`` (23.x and newer apply it); ids Slurm no longer knows are simply not listed."""
-        out, meta = [], Meta()
-        for i in range(0, len(ids), BATCH_SIZE):
-            try:
-                jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all", "-j",
-                                                          ",".join(map(str, ids[i:i + BATCH_SIZE]))]).stdout)
-            except SlurmError as exc:
-                if "invalid job id" not in str(exc).lower():
-                    raise
-                continue
-            out.extend(jobs)
-        return out, meta
 
     def sinfo_nodes(self) -> list[SlurmNode]:
         """Every node once: ``sinfo --json`` on 22.05; ``scontrol show nodes --json`` on newer

@@ -63,6 +63,23 @@ def parse_listing(text: str, sep: str) -> dict[int, tuple] | None:
     return out
 
 
+def read_selected(run: Callable[[list[str]], str], ids: list[int]) -> tuple[list[SlurmJob], Meta | None]:
+    """``squeue --json -j`` for `ids` (23.x and newer apply it), CHUNK ids a call; ids Slurm no longer knows are
+    not listed. The Meta is the last answer's (None when no call answered)."""
+    out: list[SlurmJob] = []
+    meta = None
+    for i in range(0, len(ids), CHUNK):
+        try:
+            jobs, meta = parse_squeue_meta(run(["squeue", "--json", "--states=all", "-j",
+                                                ",".join(map(str, ids[i:i + CHUNK]))]))
+        except SlurmError as exc:
+            if "invalid job id" not in str(exc).lower():
+                raise
+            continue                          # every id of the chunk left Slurm
+        out.extend(jobs)
+    return out, meta
+
+
 class QueueReader:
     """Every job Slurm lists, each as fresh as its listing (see the module docstring). One per controller."""
 
@@ -95,17 +112,9 @@ class QueueReader:
             return self._full(run, listed)
         for j in [j for j in self._jobs if j not in listed]:
             self._forget(j)
-        fresh: dict[int, SlurmJob] = {}
-        for i in range(0, len(want), CHUNK):
-            ids = ",".join(map(str, want[i:i + CHUNK]))
-            try:
-                jobs, meta = parse_squeue_meta(run(["squeue", "--json", "--states=all", "-j", ids]))
-            except SlurmError as exc:
-                if "invalid job id" not in str(exc).lower():
-                    raise
-                continue                      # every id of the chunk left Slurm since the listing
-            self._meta = meta
-            fresh.update((j.job_id, j) for j in jobs)
+        jobs, meta = read_selected(run, want)
+        self._meta = meta or self._meta
+        fresh = {j.job_id: j for j in jobs}
         for j in want:
             if j in fresh:
                 self._jobs[j], self._sigs[j] = fresh[j], listed[j]
