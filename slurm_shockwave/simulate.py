@@ -74,9 +74,10 @@ def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> floa
 
 def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
-                   restart_penalty: float = 20.0) -> SimResult:
+                   restart_penalty: float = 20.0, gpus_per_node: int | None = None) -> SimResult:
     """`num_gpus`: a number (one untyped pool) or {GPU type: count} (workload/gpu_types.py: `throughputs` is then
-    the file, or {type: table} with the v100 column)."""
+    the file, or {type: table} with the v100 column); `gpus_per_node`: each gang on one node of that many GPUs
+    (None: each type one pool, as the reference)."""
     capacity = gpu_types.capacity_of(num_gpus)
     num_gpus = sum(capacity.values())
     if num_gpus <= 0 or min(capacity.values()) <= 0:
@@ -88,7 +89,7 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     load_policy_plugins()
     pol = make_policy(policy or default_policy().name, policy_config)
     cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
-                               round_length=round_length, restart_penalty=restart_penalty)
+                               round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
     started = time.perf_counter()
     loop.run()

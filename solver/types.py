@@ -48,6 +48,9 @@ class JobView:
     # has, with room for its gang and a profiled throughput; its requested type only, when it asked for one); the
     # reference type's is `throughput`.  Empty: unknown (placement then takes any type with room)
     throughput_by_type: Mapping[str, float] = field(default_factory=dict)
+    # the nodes it runs on now (a running job on a cluster whose view lists its nodes, ClusterView.nodes); empty:
+    # not running, or nodes unknown
+    nodes: tuple[str, ...] = ()
 
     @property
     def steps_remaining(self) -> float:
@@ -85,6 +88,9 @@ class ClusterView:
     last_round_run_time: Mapping = field(default_factory=dict)
     total_jobs: int = 0          # jobs in the whole workload, when known (0 = unknown)
     capacity: Mapping[str, int] = field(default_factory=dict)
+    # node name -> (its GPU type, its GPUs for the managed jobs): a gang runs on one node (a gang larger than a node
+    # on whole nodes), solver/nodes.py.  Empty: each type is one pool (no node constraint)
+    nodes: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.capacity:
@@ -140,7 +146,8 @@ class RoundDecision:
     coming round, with a plan record per job.
 
     `path` says how the decision was reached (solved, cached, fallback, idle; a baseline leaves it empty);
-    `placement` (job -> {GPU type: count}) says which GPUs: empty until the placement stage fills it."""
+    `placement` (job -> {GPU type: count}) says which GPUs: empty until the placement stage fills it; `nodes`
+    (job -> node names) says where, on a cluster whose view lists its nodes (solver/nodes.py)."""
 
     run: tuple = ()
     plans: Mapping = field(default_factory=dict)       # job id -> JobPlan
@@ -150,6 +157,7 @@ class RoundDecision:
     window_rounds: int | None = None
     fallback_reason: str = ""
     placement: Mapping = field(default_factory=dict)
+    nodes: Mapping = field(default_factory=dict)
 
 
 def __getattr__(attr):

@@ -13,6 +13,7 @@ from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.localcluster.config import ClusterSettings, Paths, render_gres_conf, render_slurm_conf
 from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
 from slurm_shockwave.slurm.gpu_types import GpuTypes, gpus_by_type, request_type, tres_steering
+from slurm_shockwave.slurm.nodes import NodePins
 from slurm_shockwave.slurm.parse import parse_gpu_count, parse_nodes_json, parse_squeue_json
 from solver.types import GPU
 
@@ -245,6 +246,7 @@ def test_the_backend_steers_after_a_gpu_count_update_and_before_the_release():
     pinned, constrained, free = jobs
     b = SlurmBackend.__new__(SlurmBackend)
     b.types, b.cli, b.clock, b.sleep = types, SimpleNamespace(slurm_version="24.11"), lambda: 10.0, lambda s: None
+    b.pins = NodePins()
     b.cfg = SimpleNamespace(mode="advisory", site_factor=100, grace_seconds=30, preempt_signal="USR1",
                             min_run_seconds=0, partition="gpu")
     b.round_length, b.signalled, b._orphans, b._pending_since, b._restarts, b._left = 60.0, {}, [], {}, {}, {}

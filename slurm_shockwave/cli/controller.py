@@ -138,7 +138,7 @@ def check(config_path, as_json, syntax_only):
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True)
 def uninstall(config_path, as_json):
-    """Release the jobs the controller holds and reset the SiteFactors it set."""
+    """Release the jobs the controller holds, reset the SiteFactors it set and clear the node pins it wrote."""
     from ..backends.base import BackendUnavailable, backend_class
     from ..journal.lock import ControllerRunning
     cfg = _config(config_path)
@@ -149,7 +149,8 @@ def uninstall(config_path, as_json):
     if as_json:
         emit_json(done)
     else:
-        click.echo(f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}")
+        click.echo(f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}, "
+                   f"cleared the node pin of {len(done.get('unpinned', ()))}")
 
 
 @controller.command("example-config")

@@ -32,6 +32,9 @@ class _SimulateCommand(click.Command):
 @click.option("--gpus", default=None, metavar="N|TYPE:N,...",
               help="GPUs in the simulated cluster: a number (one pool at the throughputs file's v100 column), or "
                    "GPUs per type, e.g. v100:16,p100:8,k80:8 (each type at its column). Default: the experiment's.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=None,
+              help="Each gang on one node of this many GPUs (a larger gang on whole nodes), as on a real cluster. "
+                   "Default: no nodes (each GPU type one pool, as the paper's simulator).")
 @click.option("--experiment", type=click.Choice(sorted(EXPERIMENTS)), default=DEFAULT_EXPERIMENT,
               show_default=True, help="Bundled reference experiment providing the defaults.")
 @click.option("--policy", "policy_name", default=None,
@@ -48,8 +51,8 @@ class _SimulateCommand(click.Command):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Also write the full results (per job, utilisation timeline) as JSON here.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-def simulate(workload, throughputs, gpus, experiment, policy_name, config, round_length, profile, as_json, output,
-             progress):
+def simulate(workload, throughputs, gpus, gpus_per_node, experiment, policy_name, config, round_length, profile,
+             as_json, output, progress):
     """Simulate POLICY on a workload and print the paper's metrics."""
     from solver.policies import default_policy, policy_class, policy_names
 
@@ -76,7 +79,8 @@ def simulate(workload, throughputs, gpus, experiment, policy_name, config, round
     for name in names:
         try:
             results[name] = run_simulation(workload, throughputs, gpus, name, round_length, settings.get(name),
-                                           profile, on_round=_progress(name, progress, as_json))
+                                           profile, on_round=_progress(name, progress, as_json),
+                                           gpus_per_node=gpus_per_node)
         except (WorkloadError, ValueError) as e:
             raise OneLineError(str(e)) from None
     _finish_progress()

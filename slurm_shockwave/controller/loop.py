@@ -12,6 +12,9 @@ goes through the preemption gate (solver/preemption.py) before it is annotated: 
 would not pay keeps its GPUs (rule "kept").  Preemptions are counted either way (`preemptions`: preempted,
 kept, wasted), so a simulation without the gate reports what it wastes.
 
+On a cluster whose view lists its nodes, the gated decision is then given its nodes (solver/nodes.py): a running job
+moves only for a policy that moves running jobs (`Policy.moves_running_jobs`); moves are counted (`moves`).
+
 Each round makes one `RoundRecord` (journal/record.py).  With `explain=True` (the controller) the decision's
 plan records are completed with one human reason per job (reasons.py) before the record is made; the
 `on_decision` hook sees the record before enactment (the controller journals it there), `on_round` after.
@@ -22,6 +25,7 @@ import logging
 import time
 
 from solver import preemption
+from solver.nodes import assign_nodes, moved
 from solver.market.plan import max_min_round
 from solver.types import ClusterView, JobPlan, RoundDecision
 
@@ -52,6 +56,7 @@ class RoundLoop:
         self.mode = mode                   # advisory | authoritative: how a running job's reason reads
         self.preemption_cost_s = preemption_cost_s   # None: no gate (the reference's semantics)
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
+        self.moves = 0                     # running jobs placed on other nodes (solver/nodes.py)
         self.last_preemptions: dict = {}   # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.records: list[RoundRecord] = []
         self.rounds = 0
@@ -81,6 +86,9 @@ class RoundLoop:
         started = time.perf_counter()
         decision, fallback = self.decide(view)
         decision = self._gate(view, decision)
+        if view.nodes:
+            decision = assign_nodes(view, decision, getattr(self.policy, "moves_running_jobs", True))
+            self.moves += len(moved(view, decision))
         elapsed = time.perf_counter() - started
         self.decide_seconds += elapsed
         if self.explain:

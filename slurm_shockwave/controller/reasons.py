@@ -38,7 +38,8 @@ def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode:
         return f"being stopped{why}; checkpoint signal, then requeued and held; {when}", start
     if offset is not None and offset > 0:
         start = now + offset * round_length
-        return f"deferred, planned at {_at(start, now)} (round +{offset})", start
+        why = f" ({gate})" if gate else ""        # e.g. no node has room for its gang (solver/nodes.py)
+        return f"deferred{why}, planned at {_at(start, now)} (round +{offset})", start
     if path == "fallback":
         return "waiting: fallback round (least attained service first)", None
     span = f" ({window} rounds)" if window else ""

@@ -45,14 +45,16 @@ class RoundRecord:
         v, d = self.view, self.decision
         jobs = {}
         for j in v.jobs:
-            jobs[str(j.job_id)] = {"view": view_to_json(j), "plan": dataclasses.asdict(self.plan(j.job_id)),
+            jobs[str(j.job_id)] = {"view": view_to_json(j), "plan": _plan_json(self.plan(j.job_id)),
                                    "context": self.job_context(j.job_id)}
         return {
             "round": v.round_index, "now": v.now, "round_length": v.round_length, "capacity": v.num_gpus,
-            "capacity_by_type": dict(v.capacity), "total_jobs": v.total_jobs,
+            "capacity_by_type": dict(v.capacity), "cluster_nodes": {n: list(tg) for n, tg in v.nodes.items()},
+            "total_jobs": v.total_jobs,
             "run": [str(j) for j in d.run], "path": d.path, "solve_time_s": d.solve_time_s,
             "solver_status": d.solver_status, "window_rounds": d.window_rounds, "fallback_reason": d.fallback_reason,
             "placement": {str(j): dict(p) for j, p in d.placement.items()},
+            "nodes": {str(j): list(n) for j, n in d.nodes.items()},
             "decide_seconds": self.decide_seconds, "fallback": self.fallback, "policy": self.policy,
             "cluster": {k: x for k, x in self.context.items() if k != "jobs"}, "jobs": jobs}
 
@@ -70,12 +72,14 @@ class RoundRecord:
         by_type = {str(t): int(n) for t, n in (d.get("capacity_by_type") or {}).items()}
         view = ClusterView(now=float(d.get("now") or 0.0), round_index=int(d.get("round") or 0),
                            round_length=float(d.get("round_length") or 0.0), num_gpus=int(d.get("capacity") or 0),
-                           jobs=views, total_jobs=int(d.get("total_jobs") or 0), capacity=by_type)
+                           jobs=views, total_jobs=int(d.get("total_jobs") or 0), capacity=by_type,
+                           nodes={str(n): (str(tg[0]), int(tg[1])) for n, tg in (d.get("cluster_nodes") or {}).items()})
         decision = RoundDecision(
             run=run, plans=plans, path=d.get("path") or "", solve_time_s=float(d.get("solve_time_s") or 0.0),
             solver_status=d.get("solver_status") or "", window_rounds=d.get("window_rounds"),
             fallback_reason=d.get("fallback_reason") or "",
-            placement={by_key.get(k, k): dict(p) for k, p in (d.get("placement") or {}).items()})
+            placement={by_key.get(k, k): dict(p) for k, p in (d.get("placement") or {}).items()},
+            nodes={by_key.get(k, k): tuple(map(str, n)) for k, n in (d.get("nodes") or {}).items()})
         context = {**(d.get("cluster") or {}), "jobs": {k: j.get("context") or {} for k, j in jobs.items()}}
         return cls(view, decision, float(d.get("decide_seconds") or 0.0), bool(d.get("fallback")),
                    d.get("policy") or "", context)
@@ -83,7 +87,12 @@ class RoundRecord:
 
 #: longest batch-size history shown (and kept in the jobs table) as a plain list
 SHORT_HISTORY = 1000
-_PLAN_FIELDS = {f.name for f in dataclasses.fields(JobPlan)}
+_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(JobPlan))
+
+
+def _plan_json(plan: JobPlan) -> dict:
+    """A JobPlan's fields (all plain values: a shallow copy is dataclasses.asdict, without its recursive walk)."""
+    return {name: getattr(plan, name) for name in _PLAN_FIELDS}
 _VIEW_FIELDS = {f.name for f in dataclasses.fields(JobView)}
 
 
@@ -104,6 +113,7 @@ def view_from_json(d: Mapping) -> JobView:
                                     if x is not None}
     full["throughput_by_gpus"] = {int(k): float(x) for k, x in (full.get("throughput_by_gpus") or {}).items()
                                   if x is not None}
+    full["nodes"] = tuple(map(str, full.get("nodes") or ()))
     full["bs_history"] = tuple(b for b, n in (full.get("bs_history") or ()) for _ in range(int(n)))
     for key in ("steps_done", "total_steps", "throughput", "run_time", "arrival_time"):
         if full.get(key) is None and key in full:

@@ -2,7 +2,8 @@
 
 The simulated column runs the same JobSpecs (same users) through the simulator with the restart cost measured in
 the real run (collect.py) as its `restart_penalty` and as its preemption gate's cost (the controller gates
-preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds.
+preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds, on the real
+cluster's nodes (each gang on one node, solver/nodes.py).
 
 For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy when the policy
 registry has it, with the real cluster's PriorityCalcPeriod (1 minute of wall time, in trace seconds); until then
@@ -43,7 +44,8 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
     model = slurm_model() if policy == "slurm" else policy_class(policy).name
     if model == "fifo+backfill":
         return fifo_backfill(specs, gpus, nodes, table)
-    cluster = SimulatedCluster(specs, table, gpus, round_length=120.0, restart_penalty=restart_cost)
+    cluster = SimulatedCluster(specs, table, gpus, round_length=120.0, restart_penalty=restart_cost,
+                               gpus_per_node=gpus // nodes if nodes else None)
     loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if policy == "slurm" and time_scale
                                           else None),
                      keep_records=True, mode="authoritative",

@@ -25,6 +25,11 @@ time at its reference type's pace.  Its view lists its throughput per type it ca
 only when it asked for one); its elastic counts (`throughput_by_gpus`) are on its reference type, the counts
 profiled on every type it can run on.  A job changes its batch size only to one its reference type has a
 throughput for.  With one untyped pool all of this is the one-type simulator above.
+
+Nodes (`gpus_per_node`, as a real cluster's: each type's GPUs on nodes of that many): the view lists them
+(`ClusterView.nodes`, `JobView.nodes` = where a job ran the round before), a decision must give each running job
+nodes of its type with room (solver/nodes.py), and a job that runs on other nodes than the round before restarts
+(the restart penalty).  Without it each type is one pool, as in the reference.
 """
 from __future__ import annotations
 
@@ -40,9 +45,9 @@ from .job import SimJob
 
 class SimulatedCluster(ClusterBackend):
     def __init__(self, jobs: list[JobSpec], throughputs, num_gpus: int | Mapping[str, int], round_length: float = 120.0,
-                 restart_penalty: float = 20.0, deadline_factor: float = 1.5):
+                 restart_penalty: float = 20.0, deadline_factor: float = 1.5, gpus_per_node: int | None = None):
         """`num_gpus`: a number (one untyped pool, `throughputs` its table) or {type: count} (`throughputs`:
-        {type: table})."""
+        {type: table}); `gpus_per_node`: the GPUs of each node (None: no nodes)."""
         self.capacity = capacity_of(num_gpus)
         num_gpus = sum(self.capacity.values())
         if num_gpus <= 0 or min(self.capacity.values()) <= 0:
@@ -59,6 +64,9 @@ class SimulatedCluster(ClusterBackend):
             raise ValueError(f"jobs {homeless[:5]} can run on no GPU type of {self.capacity} (their requested type, "
                              "a throughput at their batch size)")
         self.num_gpus = num_gpus
+        self.nodes = _nodes(self.capacity, gpus_per_node)
+        self._prev_nodes: dict = {}                  # job -> the nodes it ran on in the previous round
+        self._round_nodes: dict = {}
         self.round_length = float(round_length)
         self.restart_penalty = restart_penalty
         self.deadline_factor = deadline_factor
@@ -74,7 +82,7 @@ class SimulatedCluster(ClusterBackend):
         self.busy_gpu_seconds = 0.0
         self.utilization_timeline: list[tuple[float, float, int]] = []   # (start, end, busy GPUs)
         self._dispatched: list[tuple[SimJob, int, float, int, str]] = []     # (job, steps, finish, GPUs, type)
-        self._prev_gpus: dict = {}                    # job -> (type, GPUs) it ran on in the previous round
+        self._prev_gpus: dict = {}                    # job -> (type, GPUs, nodes) it ran on in the previous round
         self._dispatch_rounds = 0
         self._round_start = self.now
         self._last_round_run_time: dict = {}
@@ -91,13 +99,16 @@ class SimulatedCluster(ClusterBackend):
         jobs = tuple(self._view(j) for j in self.active.values())
         return ClusterView(now=self.now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=self.num_gpus, jobs=jobs, last_round_run_time=dict(self._last_round_run_time),
-                           total_jobs=self.n_jobs, capacity=dict(self.capacity))
+                           total_jobs=self.n_jobs, capacity=dict(self.capacity), nodes=dict(self.nodes))
 
     def apply(self, decision: RoundDecision) -> None:
         view_jobs = ClusterView(self.now, self.round_index, self.round_length, self.num_gpus,
                                 tuple(self._view(j, light=True) for j in self.active.values()),
                                 capacity=dict(self.capacity))
         decision = check_decision(view_jobs, decision)
+        if self.nodes:
+            _check_nodes(self.nodes, decision)
+        self._round_nodes = {j: tuple(n) for j, n in decision.nodes.items()} if self.nodes else {}
         self._round_start = self.now
         self._dispatched = []
         for job_id in decision.run:
@@ -108,11 +119,12 @@ class SimulatedCluster(ClusterBackend):
             self._dispatched.append((job, steps, self.now + steps / thr, gpus, gpu_type))
 
     def advance(self) -> None:
-        ran = {job.spec.job_id: (gpu_type, gpus) for job, _, _, gpus, gpu_type in self._dispatched}
+        ran = {job.spec.job_id: (gpu_type, gpus, self._round_nodes.get(job.spec.job_id, ()))
+               for job, _, _, gpus, gpu_type in self._dispatched}
         self._last_round_run_time = {}
         if self._dispatched:
             end = max(finish for _, _, finish, _, _ in self._dispatched)
-            busy = sum(gpus for _t, gpus in ran.values())
+            busy = sum(gpus for _t, gpus, _n in ran.values())
             self.utilization_timeline.append((self._round_start, end, busy))
             for job, steps, finish, gpus, gpu_type in self._dispatched:
                 self._complete_round(job, steps, finish, gpus, gpu_type)
@@ -123,6 +135,7 @@ class SimulatedCluster(ClusterBackend):
         elif self._pending:
             self.now = max(self.now, self._pending[-1].arrival_time)
         self._prev_gpus = ran
+        self._prev_nodes = {j: n for j, (_t, _g, n) in ran.items() if n}
         self._dispatched = []
         for job in self.active.values():
             job.set_adaptation_flags()
@@ -135,7 +148,8 @@ class SimulatedCluster(ClusterBackend):
         self.usage_log.append((job.spec.job_id, self._round_start, finish, gpus))
         home = gpus == job.spec.num_gpus and gpu_type == job.ref_type
         pace = 1.0 if home else job.throughput_on(gpus, gpu_type) / job.throughput
-        if self._prev_gpus.get(job.spec.job_id) != (gpu_type, gpus):   # not run the round before, or elsewhere
+        where = (gpu_type, gpus, self._round_nodes.get(job.spec.job_id, ()))
+        if self._prev_gpus.get(job.spec.job_id) != where:   # not run the round before, or elsewhere
             job.restarts += 1 if job.rounds_run else 0
             if self._dispatch_rounds > 0 and execution > max(self.round_length - 5, self.restart_penalty):
                 factor = (execution - self.restart_penalty) / execution
@@ -217,4 +231,32 @@ class SimulatedCluster(ClusterBackend):
             account=s.account, weight=s.weight, mode=s.mode, job_type=job.job_type,
             min_batch_size=s.initial_bs, max_batch_size=job.max_bs,
             ran_last_round=s.job_id in self._prev_gpus, run_time=job.run_time,
+            nodes=self._prev_nodes.get(s.job_id, ()),
             throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
+
+
+def _nodes(capacity: Mapping[str, int], gpus_per_node: int | None) -> dict:
+    """{node: (type, GPUs)}: each type's GPUs on nodes of `gpus_per_node` (named n00, n01, ... one type; else
+    <type>-n00, ...); {} without nodes."""
+    if not gpus_per_node:
+        return {}
+    if gpus_per_node < 0 or any(n % gpus_per_node for n in capacity.values()):
+        raise ValueError(f"gpus_per_node {gpus_per_node} does not divide the GPUs of each type {dict(capacity)}")
+    one = len(capacity) == 1
+    return {(f"n{i:02d}" if one else f"{t}-n{i:02d}"): (t, gpus_per_node)
+            for t, n in sorted(capacity.items()) for i in range(n // gpus_per_node)}
+
+
+def _check_nodes(nodes: Mapping[str, tuple[str, int]], decision: RoundDecision) -> None:
+    """Every running job on nodes of its type, each node within its GPUs (ValueError, one line)."""
+    used: dict = {}
+    for jid in decision.run:
+        on = tuple(decision.nodes.get(jid) or ())
+        (gpu_type, gpus), = decision.placement[jid].items()
+        if not on or gpus % len(on) or any(nodes.get(n, (None, 0))[0] != gpu_type for n in on):
+            raise ValueError(f"job {jid}: {gpus} {gpu_type} GPU(s) placed on nodes {on}")
+        for n in on:
+            used[n] = used.get(n, 0) + gpus // len(on)
+    over = {n: u for n, u in used.items() if u > nodes[n][1]}
+    if over:
+        raise ValueError(f"nodes over their GPUs: {over}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
@@ -25,12 +26,13 @@ from ..backends.base import ServiceBackend
 from ..events.tracker import EventTracker
 from . import jobview, preflight
 from .commands import RESTART_GAP_SECONDS, SlurmCLI
-from .enact import Enactor, Observed, reconcile, signal_time
+from .enact import Enactor, Observed, plan_reasons, reconcile, signal_time
 from .errors import SlurmError
 from .fairshare_round import FairShareRound
 from .gpu_types import GpuTypes
 from .hints import HintError, parse_hints
 from .models import ACTIVE_STATES, in_partition, node_in_partition
+from .nodes import NodePins, assigned_nodes, pin_value
 from .ownership import admin_comments, status_of
 from .preemptions import PreemptionLog
 
@@ -85,6 +87,7 @@ class SlurmBackend(ServiceBackend):
         self._costs: dict = {}                # job -> measured preemption cost (its events)
         self.fairshare = FairShareRound(cli)  # market budgets from Slurm's shares and usage (fairshare_round.py)
         self.types = GpuTypes(state)          # capacity per GPU type, pins, steering (gpu_types.py)
+        self.pins = NodePins(state)           # GPUs per node, where jobs run, node pins and moves (nodes.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -174,6 +177,8 @@ class SlurmBackend(ServiceBackend):
         self._partition_gpus = capacity
         self._unmanaged = jobview.unmanaged(jobs, managed_ids, self.cfg.partition, now)
         capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)   # {type: GPUs}, less unmanaged
+        by_node = self.pins.observe(nodes, jobs, managed_ids, self.cfg.partition)   # {node: (type, GPUs)}, the same
+        capacity = self.pins.capacity() if by_node else capacity
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
         self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
@@ -230,21 +235,26 @@ class SlurmBackend(ServiceBackend):
                                 for (j, _), v in zip(managed, views)], now)
         return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
                            num_gpus=sum(capacity.values()), jobs=tuple(views), total_jobs=len(views),
-                           capacity=capacity)
+                           capacity=capacity, nodes=by_node)
 
     def apply(self, decision: RoundDecision) -> None:
         run = {int(j) for j in decision.run}
         now = self.clock()
+        assigned = assigned_nodes(decision)
+        moves = self.pins.moves(assigned, run) if self.cfg.mode == "authoritative" else {}
         self.preemptions.kept(sum(1 for j in decision.run if (decision.plans.get(j) is not None and
                                                               decision.plans[j].rule == "kept")))
         actions = reconcile(list(self._observed.values()), run, self.cfg.mode, self.cfg.site_factor, now,
                             self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
                             self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
-                            reasons=_reasons(decision), orphans=self._orphans)
-        # a pending job the round placed on a GPU type is steered there after a GPU count update, before its release
+                            reasons={**plan_reasons(decision), **{j: f"moving to {pin_value(n)}" for j, n in
+                                                                  moves.items()}}, orphans=self._orphans, moves=moves)
+        # a pending job the round placed on a GPU type is steered there after a GPU count update, and pinned to its
+        # nodes, before its release
         first = sum(1 for a in actions if a.verb == "update_gpus")
         actions[first:first] = self.types.steer(decision.placement, run, self.cli.slurm_version, {
-            j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus})
+            j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus}) \
+            + self.pins.pins(assigned, run)
 
         def done(action):
             for j in action.job_ids:
@@ -265,7 +275,7 @@ class SlurmBackend(ServiceBackend):
         self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         for j in list(self.signalled):
             ob = self._observed.get(j)
-            if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus):
+            if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus and j not in moves):
                 self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
@@ -362,16 +372,5 @@ class SlurmBackend(ServiceBackend):
             arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key],
             gpu_type=self.types.view_type(j))
         self._meta[j.job_id].update(self.types.meta(j))
-        return view
+        return replace(view, nodes=self.pins.running_on(j)) if j.state == "RUNNING" else view
 
-
-def _reasons(decision) -> dict:
-    """job -> the short human reason of its plan record, for the hold marks."""
-    out = {}
-    for jid, plan in decision.plans.items():
-        if plan.reason:
-            try:
-                out[int(jid)] = plan.reason
-            except (TypeError, ValueError):
-                pass
-    return out

@@ -6,7 +6,8 @@ a shell.
 
 Facts relied on (Slurm 22.05.8):
 
-* ``scontrol update JobId=1,2,3 Key=Value ...`` updates a comma-separated list in one call;
+* ``scontrol update JobId=1,2,3 Key=Value ...`` updates a comma-separated list in one call (not for
+  ``NodeList=``, refused with a list on 22.05, 24.11 and 26.05: ``scontrol_update_each``);
   ``scontrol hold|release|requeue|requeuehold 1,2,3`` likewise. If one id in the list is
   unknown, scontrol exits 1 (``Invalid job id specified``) but still acts on the others.
 * ``scancel`` takes job ids as separate arguments; ``--signal=SIG`` without ``--batch`` or
@@ -219,6 +220,15 @@ class SlurmCLI:
             raise ValueError("scontrol_update needs at least one field")
         args = [_field_arg(k, v) for k, v in fields.items()]
         self._run_all([["scontrol", "update", f"JobId={','.join(chunk)}", *args] for chunk in _split(ids)])
+
+    def scontrol_update_each(self, job_ids: Iterable[int | str], **fields: object) -> None:
+        """``scontrol update JobId=<id> K=V`` once per job, for the fields scontrol refuses with an id list:
+        ``NodeList=`` (22.05, 24.11 and 26.05: ``Invalid job ID 2,4``, rc 1, no job updated).  Every job is tried
+        (up to PARALLEL calls at once); the first error is raised once all are done."""
+        if not fields:
+            raise ValueError("scontrol_update_each needs at least one field")
+        args = [_field_arg(k, v) for k, v in fields.items()]
+        self._run_all([["scontrol", "update", f"JobId={j}", *args] for j in _job_ids(job_ids)])
 
     def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
         self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in _split(_job_ids(job_ids))])

@@ -15,7 +15,9 @@ authoritative: additionally a running job that lost its round is held (marked fi
 A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
 running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).  On a cluster
 of several GPU types a planned pending job is first steered to the type its round placed it on (slurm/gpu_types.py:
-`place_tres` on Slurm 23.11+, `place_features` before), never one whose user asked for a type.
+`place_tres` on Slurm 23.11+, `place_features` before), never one whose user asked for a type; and pinned to the
+nodes its round gave it (slurm/nodes.py: `place_nodes`), never one whose user asked for nodes.  In authoritative mode
+a running job the round moves to other nodes is preempted like one that lost its round (`moves`).
 
 Ownership of holds (slurm/ownership.py): a job is marked in its AdminComment before the controller
 holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
@@ -75,13 +77,14 @@ class Observed:
 
 def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, signalled: dict, grace: float,
               already_requeued, signal: str = "USR1", min_run: float = 0.0, reasons: dict | None = None,
-              orphans: list[Observed] = ()) -> list[Action]:
+              orphans: list[Observed] = (), moves=frozenset()) -> list[Action]:
     """The actions that bring Slurm to the desired state.  `signalled` maps job -> [time, restart count] of its
     preemption signal (updated by the caller after enactment); `already_requeued(job, restart_count)`.
     A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing), nor a run whose
     wrapper has not reported its start yet (`UNREPORTED_START_S`).
     `reasons`: job -> short human reason put into the mark of a held job; `orphans`: marked jobs that
-    are no longer managed (released if held, unmarked)."""
+    are no longer managed (released if held, unmarked); `moves`: running jobs the round runs on other nodes than
+    they run on (slurm/nodes.py), treated in authoritative mode like jobs that lost their round."""
     by_verb: dict[tuple, list] = {}
     rewrites: dict[str, list] = {}
     new_holds: list[tuple[int, str]] = []
@@ -114,7 +117,7 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 elif ours and want != j.admin_comment:
                     rewrites.setdefault(want, []).append(j.job_id)
         elif j.state == "RUNNING":
-            lost = not planned or (j.wanted_gpus and j.wanted_gpus != j.gpus)
+            lost = not planned or j.job_id in moves or (j.wanted_gpus and j.wanted_gpus != j.gpus)
             if ours and (mode != "authoritative" or not lost):
                 # a job can be held while running (it started between our observation and our hold): the
                 # hold stays with it (a requeue brings it back held), so it is released with its mark
@@ -124,7 +127,8 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                     add("mark", j.job_id, unmarked(j.admin_comment))
             if mode != "authoritative" or not lost:
                 continue
-            # lost its round, or asks for another GPU count (resized while pending after the requeue)
+            # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
+            # requeue); a move is pinned to its new nodes when a later round releases it
             since = signal_time(signalled.get(j.job_id), j.restart_count)
             if since is None and j.running_for is not None and (
                     j.running_for < min_run or (not j.run_reported and j.running_for < UNREPORTED_START_S)):
@@ -154,6 +158,18 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
     order = ("update_gpus", "hold", "signal", "requeue_hold", "site_factor", "release", "mark")
     return [Action(verb, tuple(sorted(ids)), value)
             for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
+
+
+def plan_reasons(decision) -> dict:
+    """job -> the short human reason of its plan record, for the hold marks."""
+    out = {}
+    for jid, plan in decision.plans.items():
+        if plan.reason:
+            try:
+                out[int(jid)] = plan.reason
+            except (TypeError, ValueError):
+                pass
+    return out
 
 
 def signal_time(entry, restart_count: int):
@@ -243,5 +259,7 @@ class Enactor:
             self.cli.scontrol_update(ids, TresPerNode=a.value)
         elif a.verb == "place_features":      # the same on Slurm < 23.11: the nodes carry their type as a Feature
             self.cli.scontrol_update(ids, Features=a.value)
+        elif a.verb == "place_nodes":         # a pending job to the nodes its round gave it; "" clears (nodes.py)
+            self.cli.scontrol_update_each(ids, NodeList=a.value)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

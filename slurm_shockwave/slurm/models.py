@@ -85,6 +85,7 @@ class SlurmJob:
     admin_comment: str = ""
     problem: str | None = None
     state_flags: tuple[str, ...] = ()
+    required_nodes: str = ""        # the nodes it must run on (``--nodelist``/``-w``, or a pin), hostlist syntax
 
     @property
     def pending(self) -> bool:

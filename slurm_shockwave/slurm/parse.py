@@ -78,6 +78,11 @@ def _signed32(value: Any) -> int:
     return v - _UINT32 if v > _INT32_MAX else v
 
 
+def _text(value: Any) -> str:
+    """A string field that may be absent or null (``required_nodes``)."""
+    return value if isinstance(value, str) else ""
+
+
 def _time(value: int | None) -> int | None:
     return None if not value else int(value)
 
@@ -171,7 +176,8 @@ def job_from_record(rec: JobRecord, raw: dict | None = None) -> SlurmJob:
         requeue=bool(rec.requeue), held=held, site_factor=None, command=rec.command,
         working_dir=rec.current_working_directory, std_out=rec.standard_output,
         std_err=rec.standard_error, time_limit=rec.time_limit, gres_detail=tuple(rec.gres_detail),
-        admin_comment=rec.admin_comment, problem=None, state_flags=flags, **job_extras(rec, raw or {}),
+        admin_comment=rec.admin_comment, problem=None, state_flags=flags,
+        required_nodes=_text((raw or {}).get("required_nodes")), **job_extras(rec, raw or {}),
     )
 
 

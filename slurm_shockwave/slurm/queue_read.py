@@ -28,7 +28,7 @@ from .shapes import Meta
 #: estimate moves with every backfill pass; not the priority itself: its age part grows; held = priority 0)
 FIELDS = ("JobID", "State", "Reason", "PriorityLong", "NodeList", "RestartCnt", "AdminComment", "Comment",
           "TresPerNode", "TresPerJob", "TresPerTask", "TimeLimit", "Nice", "Partition", "Account", "Feature",
-          "Name", "NumNodes", "UserName", "SubmitTime", "EligibleTime")
+          "Name", "NumNodes", "UserName", "SubmitTime", "EligibleTime", "ReqNodes")
 _PRIORITY = FIELDS.index("PriorityLong")
 #: every job's record is read again at least once in this many reads
 REFRESH_READS = 10

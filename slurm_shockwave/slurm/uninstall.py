@@ -5,7 +5,10 @@
   every job the journal says it held that is still held without a mark (holds of older versions);
 * clears the marks (an admin's own AdminComment text is kept);
 * resets SiteFactor to 0 on every active job the controller manages (pending AND running), and on every
-  job the journal says it gave a SiteFactor.
+  job the journal says it gave a SiteFactor;
+* clears the required node list (``scontrol update JobId=<id> NodeList=``, one call per job) of every pending job
+  whose list is one the journal says the controller wrote (slurm/nodes.py, verb ``place_nodes``); a list the
+  user asked for is kept, and so is a running job's (its node list cannot be changed while it runs).
 
 Slurm is the source of truth: the state directory may be missing, stale or from another host.
 """
@@ -18,36 +21,38 @@ from ..journal.lock import ControllerRunning, check_not_running
 from .commands import SlurmCLI
 from .hints import is_marked
 from .models import ACTIVE_STATES, in_partition
+from .nodes import journal_pins, our_pins_to_clear
 from .ownership import admin_comments, status_of, unmarked
 
 __all__ = ["ControllerRunning", "uninstall"]
 
 
-def _journal(cfg) -> tuple[set, set]:
-    """(held_by_us, site_factor_touched) from the state, if there is one (an extra, never required)."""
+def _journal(cfg) -> tuple[set, set, dict]:
+    """(held_by_us, site_factor_touched, node pins written: job -> node sets) from the state, if there is one (an
+    extra, never required)."""
     path = Path(cfg.state_path)
     if not path.exists():
-        return set(), set()
+        return set(), set(), {}
     try:
         state = StateStore(path, readonly=True)
     except Exception:  # noqa: BLE001 - the journal is optional here
-        return set(), set()
+        return set(), set(), {}
     try:
         held = {int(j) for j in state.held_by_us()}
         touched = {int(a["job_id"]) for a in state.actions(verb="site_factor", status="done")}
-        return held, touched
+        return held, touched, journal_pins(state)
     except Exception:  # noqa: BLE001
-        return set(), set()
+        return set(), set(), {}
     finally:
         state.close()
 
 
 def uninstall(cfg, cli=None) -> dict:
-    """Release the jobs the controller holds, clear its marks, reset the SiteFactors it set."""
+    """Release the jobs the controller holds, clear its marks and node pins, reset the SiteFactors it set."""
     check_not_running(cfg.state_dir)
     if cli is None:
         cli = SlurmCLI.from_config(cfg)
-    journal_held, journal_touched = _journal(cfg)
+    journal_held, journal_touched, pinned = _journal(cfg)
     live = [j for j in cli.squeue_jobs() if j.state in ACTIVE_STATES]
     ac = admin_comments(live)
     marked = [j for j in live if status_of(ac.get(j.job_id, "")) is not None]
@@ -59,6 +64,9 @@ def uninstall(cfg, cli=None) -> dict:
     reset = sorted((managed | journal_touched | marked_ids) & {j.job_id for j in live})
     if reset:
         cli.scontrol_update(reset, SiteFactor=0)
+    unpin = our_pins_to_clear(live, pinned)
+    if unpin:
+        cli.scontrol_update_each(unpin, NodeList="")
     if release:
         cli.release(release)
     # clear the marks after the releases (a crash in between leaves marks, and uninstall can run again)
@@ -68,4 +76,4 @@ def uninstall(cfg, cli=None) -> dict:
     for text, ids in sorted(by_text.items()):
         cli.scontrol_update(sorted(ids), AdminComment=text)
     return {"released": [str(j) for j in release], "site_factor_reset": [str(j) for j in reset],
-            "unmarked": sorted(str(j.job_id) for j in marked)}
+            "unmarked": sorted(str(j.job_id) for j in marked), "unpinned": [str(j) for j in unpin]}

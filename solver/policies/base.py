@@ -24,6 +24,7 @@ class Policy:
     baseline: ClassVar[bool] = False                    # shown beside Shockwave in the study's tables
     order: ClassVar[int] = 100                          # listings: lower first, then by name
     default: ClassVar[bool] = False                     # THE default policy (simulate, the controller): one class
+    moves_running_jobs: ClassVar[bool] = True           # a running job may go to other nodes (solver/nodes.py)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

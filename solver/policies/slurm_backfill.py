@@ -37,9 +37,10 @@ class Profile:
         for k in range(a, b):
             self.free[k][ti] += gpus
 
-    def earliest(self, gpus: int, types, duration: float) -> tuple[float, str] | None:
+    def earliest(self, gpus: int, types, duration: float, fullest: bool = False) -> tuple[float, str] | None:
         """(start, type) of the earliest fit of a gang of `gpus` on one of `types` for `duration` seconds (ties: the
-        type with the most free GPUs at that start, then by name), or None when it never fits."""
+        type with the most free GPUs at that start, with `fullest` the fewest (best fit: columns that are nodes),
+        then by name), or None when it never fits."""
         times = np.array(self.times)
         free = np.array(self.free)
         ends = np.searchsorted(times, times + duration, side="left")       # first segment at or after the end
@@ -52,7 +53,7 @@ class Profile:
             ok = np.nonzero(too_full[ends] - too_full[np.arange(len(times))] == 0)[0]
             if len(ok):
                 k = int(ok[0])
-                key = (times[k], -int(col[k]), t)
+                key = (times[k], int(col[k]) if fullest else -int(col[k]), t)
                 if best is None or key < best:
                     best = key
         return None if best is None else (float(best[0]), best[2])

@@ -76,6 +76,7 @@ class SlurmMultifactor(Policy):
     baseline = True
     order = 64
     preempt = False               # PreemptMode=REQUEUE (slurm_preempt.py)
+    moves_running_jobs = False    # Slurm never moves a running job to other nodes
 
     def __init__(self, config: SlurmConfig | None = None):
         super().__init__(config)
@@ -87,6 +88,7 @@ class SlurmMultifactor(Policy):
         self.last_now: float | None = None
         self.seen: dict = {}           # user -> usage as of the last PriorityCalcPeriod tick (what the factor sees)
         self.last_calc: float | None = None
+        self._on_nodes = False         # this round's backfill plans on nodes (_columns)
 
     # ------------------------------------------------------------------ priority
     def _charge(self, view: ClusterView) -> None:
@@ -137,11 +139,15 @@ class SlurmMultifactor(Policy):
         prio = {j.job_id: self.priority(view, j) for j in view.jobs if not j.ran_last_round}
         pending = sorted(prio, key=lambda i: (-prio[i], jobs[i].arrival_time, str(i)))
 
-        profile, placement, ends = Profile(now, view.capacity), {}, {}
+        columns, self._on_nodes = self._columns(view)
+        profile, placement, ends = Profile(now, columns), {}, {}
         for j in sorted(running, key=lambda j: (self.started[j.job_id][0], str(j.job_id))):
             start = self.started[j.job_id][0]
             ends[j.job_id] = max(start + self._limit(j.job_id), now + view.round_length)
-            got = profile.earliest(j.num_gpus, self._types(view, j), view.round_length)
+            where = self._types(view, j)
+            if self._on_nodes and len(j.nodes) == 1 and j.nodes[0] in where:
+                where = [j.nodes[0]]              # a running job stays on its node
+            got = profile.earliest(j.num_gpus, where, view.round_length, self._on_nodes)
             if got is None or got[0] > now:       # the cluster shrank under it: it cannot keep its GPUs
                 continue
             placement[j.job_id] = {got[1]: j.num_gpus}
@@ -153,7 +159,7 @@ class SlurmMultifactor(Policy):
             if rank >= cfg.bf_max_job_test and blocked:
                 break
             duration = self._limit(jid)
-            got = profile.earliest(j.num_gpus, self._types(view, j), duration)
+            got = profile.earliest(j.num_gpus, self._types(view, j), duration, self._on_nodes)
             if (got is None or got[0] > now) and self.preempt:
                 got = self._preempt(view, profile, placement, ends, j, prio[jid], duration, requeued) or got
             if got is not None and got[0] <= now:
@@ -174,19 +180,36 @@ class SlurmMultifactor(Policy):
                 del table[k]
         self.users = {k: v for k, v in self.users.items() if k in active}
         run = tuple(sorted(placement, key=lambda k: (self.started[k][0], -self.started[k][1], str(k))))
-        return RoundDecision(run=run, placement=placement, plans={k: JobPlan(k, rule="policy") for k in run})
+        nodes = {}
+        if self._on_nodes:                        # the profile's columns were nodes: placement by their types
+            nodes = {k: tuple(p) for k, p in placement.items()}
+            placement = {k: {view.nodes[n][0]: g for n, g in p.items()} for k, p in placement.items()}
+        return RoundDecision(run=run, placement=placement, plans={k: JobPlan(k, rule="policy") for k in run},
+                             nodes=nodes)
+
+    @staticmethod
+    def _columns(view: ClusterView) -> tuple[dict, bool]:
+        """What backfill plans on: the nodes when the view lists them and every gang fits on one (a gang on one
+        node, best fit), else the GPUs per type."""
+        if view.nodes and max((j.num_gpus for j in view.jobs), default=0) <= max(g for _t, g in view.nodes.values()):
+            return {n: g for n, (_t, g) in view.nodes.items()}, True
+        return dict(view.capacity), False
 
     def _limit(self, job_id) -> float:
         limit = self.limit.get(job_id)
         return math.inf if limit is None else limit
 
-    @staticmethod
-    def _types(view: ClusterView, job) -> list:
-        """The types a job may start on: the one it asked for (a typed gres), else any type it can run on.  Slurm
-        knows no speeds: the earliest fit wins, not the fastest type (Profile.earliest)."""
+    def _types(self, view: ClusterView, job) -> list:
+        """The types a job may start on: the one it asked for (a typed gres), else any type it can run on (their nodes,
+        when backfill plans on nodes).  Slurm knows no speeds: the earliest fit wins, not the fastest type
+        (Profile.earliest)."""
         if job.gpu_type is not None:
-            return [job.gpu_type]
-        return sorted(t for t in view.capacity if not job.throughput_by_type or t in job.throughput_by_type)
+            types = [job.gpu_type]
+        else:
+            types = sorted(t for t in view.capacity if not job.throughput_by_type or t in job.throughput_by_type)
+        if self._on_nodes:                        # the columns are nodes
+            return sorted(n for n, (t, _g) in view.nodes.items() if t in types)
+        return types
 
     def _preempt(self, view, profile, placement, ends, job, prio, duration, requeued):
         """PreemptMode=REQUEUE (slurm_preempt.py): requeue running jobs of lower priority, lowest first (the
@@ -199,7 +222,7 @@ class SlurmMultifactor(Policy):
             (t, n), = placement[k].items()
             profile.add(t, n, now, ends[k])
             freed.append(k)
-            got = profile.earliest(job.num_gpus, self._types(view, job), duration)
+            got = profile.earliest(job.num_gpus, self._types(view, job), duration, self._on_nodes)
             if got is not None and got[0] <= now:
                 for v in freed:
                     del placement[v]
