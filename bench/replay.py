@@ -106,7 +106,10 @@ real run (from the controller's release of a requeued job to the moment its prog
 restart penalty and as the preemption gate's cost; plain Slurm is simulated by the `slurm-multifactor` model (with
 the cluster's PriorityCalcPeriod of 1 wall minute = S trace minutes, for the runs with fair-share) when the policy
 registry has it, otherwise by first come first served with backfill in continuous time (a gang on one
-node). All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
+node). Since 2026-11-26 19:00 both the controller and the simulator put each gang on one node (`solver/nodes.py`;
+the controller pins each job it releases to its node), and the simulated column runs on the cluster's 8 nodes of
+4 GPUs; runs before that planned and simulated a pool of 32 GPUs while Slurm placed the gangs on nodes itself.
+All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
 `slurm_shockwave/replay/collect.py`.
 
 ## Runs

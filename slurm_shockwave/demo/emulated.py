@@ -126,9 +126,9 @@ def distance(res: dict) -> str:
         return ""
     return ("Real vs simulated: " + "; ".join(parts) + f". At time scale {res['time_scale']:g} every job start costs "
             f"1-2 wall seconds (Slurm's scheduling pass, the wrapper and the program starting) = "
-            f"{res['time_scale']:g}-{2 * res['time_scale']:g} trace seconds on jobs of a few hundred to two thousand, "
-            "and a 4-GPU job waits for a whole node to be free, which the simulator (one pool of GPUs) does not "
-            "model; `docs/replay.md` measures both on the 120-job trace at a lower time scale.")
+            f"{res['time_scale']:g}-{2 * res['time_scale']:g} trace seconds on jobs of a few hundred to two thousand "
+            "(the simulator charges Shockwave's restarts the measured cost, plain Slurm's starts the programs' "
+            "start-up alone); `docs/replay.md` measures both on the 120-job trace at a lower time scale.")
 
 
 def render_text(res: dict) -> str:
@@ -181,8 +181,8 @@ checkpoints after each epoch and on Slurm's signal, and resumes after a requeue.
 jobs do not slow each other: what differs between the runs is the scheduling. All figures are in trace seconds
 (wall seconds x {res['time_scale']:g}). 24 jobs on 8 GPUs: the paper's rho has a contention factor of 3.
 
-The simulated columns run the same jobs through the simulator: Shockwave with the restart cost measured in its
-real run, plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy') or 'fifo+backfill'}` ({_model_words(runs)}).
+The simulated columns run the same jobs through the simulator, on the same nodes (each gang on one node): Shockwave
+with the restart cost measured in its real run, plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy') or 'fifo+backfill'}` ({_model_words(runs)}).
 `shockwave replay` does the same for any trace (`docs/replay.md`: the 120-job trace on 32 GPUs).
 
 ## Summary
