@@ -131,6 +131,9 @@ How a round reads and enacts at this scale:
   next rounds (5,000 new jobs: 10 rounds). Each is one `scontrol update AdminComment=... Priority=0` (the mark
   and an admin hold in one RPC), lists of up to 500 ids, 4 calls at once; slurmctld acts on a list one job at a
   time (1-3 ms each here).
+- Node pins (slurm/nodes.py, since 2026-11-26 19:00): each planned pending job is pinned to its node before its
+  release, `scontrol update JobId=N NodeList=<node>`, one call per job (no version takes an id list with
+  NodeList), 4 at once: the jobs a round releases (here about 30 in round 0), not the deferred ones.
 - Earlier changes (2026-11-25): the SiteFactor `sprio` showed is remembered (sprio does not list held jobs), the
   journal record is made strict JSON without a per-value ABC walk, and a round's clock starts before its reads.
 """)

@@ -115,3 +115,33 @@ def test_real_subprocess_timeout_and_failure():
         cli.run(["false"])
     with pytest.raises(SlurmError):
         cli.run(["/nonexistent/squeue"])
+
+
+@per_version
+def test_sprio_runs_beside_the_queue_read_while_slurm_answers_and_after_it_once_a_read_failed(version):
+    import threading
+    sprio_started, fail = threading.Event(), {"squeue": False}
+
+    def runner(argv, **kwargs):
+        if argv[0] == "sprio":
+            sprio_started.set()
+            return subprocess.CompletedProcess(argv, 0, load(version, "sprio_site.txt"), "")
+        if fail["squeue"]:
+            return subprocess.CompletedProcess(argv, 1, "", "Unable to contact slurm controller (connect failure)")
+        # the queue read waits for sprio: it only returns when sprio was started beside it
+        beside = sprio_started.wait(timeout=5)
+        return subprocess.CompletedProcess(argv, 0 if beside else 1, load(version, "squeue_mixed.json"),
+                                           "" if beside else "sprio did not run beside the read")
+    cli = SlurmCLI(runner=runner)
+    cli.answering = True                       # a read has succeeded before
+    jobs = cli.squeue_jobs(states=["PENDING"], with_site_factor=True)
+    assert {j.job_id: j.site_factor for j in jobs} == {4: -50, 6: 5000, 7: None, 8: None}
+    assert cli.answering
+    fail["squeue"] = True
+    with pytest.raises(SlurmError):
+        cli.squeue_jobs(with_site_factor=True)
+    assert not cli.answering
+    sprio_started.clear()
+    with pytest.raises(SlurmError):            # after a failed read: the queue first, sprio only if it answers
+        cli.squeue_jobs(with_site_factor=True)
+    assert not sprio_started.is_set()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from solver.preemption import remaining_s
@@ -159,8 +160,10 @@ class SlurmBackend(ServiceBackend):
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
         begun = self.clock()        # the round's start: before the reads, so rounds are round_seconds apart
-        jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
-        nodes = self.cli.sinfo_nodes()
+        with ThreadPoolExecutor(1) as pool:       # the nodes are read while the queue is (while Slurm answers)
+            reading = pool.submit(self.cli.sinfo_nodes) if getattr(self.cli, "answering", False) else None
+            jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
+            nodes = reading.result() if reading is not None else self.cli.sinfo_nodes()
         if self.metrics:
             self.metrics.slurm_latency.observe(time.perf_counter() - t0)
         now = self.clock()

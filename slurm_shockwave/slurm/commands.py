@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -124,6 +125,8 @@ class SlurmCLI:
         self.slurm_version = ""
         #: where node lists come from: "sinfo" (22.05) or "scontrol" (>= 23.x); None = not yet known
         self.node_source: str | None = None
+        #: the last queue read succeeded: the round's other reads (sprio, nodes) may run beside the next one
+        self.answering = False
         #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
         self.runner = runner or subprocess.run
         #: the controller's incremental queue read (``squeue_jobs(incremental=True)``)
@@ -167,22 +170,31 @@ class SlurmCLI:
         """Jobs from ``squeue --json`` (finished ones included while Slurm keeps them).
 
         ``job_ids``/``states`` filter on the client (and ``job_ids`` in Slurm too from 23.x, so only those are
-        read). ``with_site_factor`` adds one ``sprio`` call and fills ``site_factor`` for the pending,
-        non-held jobs it lists. ``incremental`` (the controller's round): a compact listing, then JSON only for
+        read). ``with_site_factor`` adds one ``sprio`` call, run while the queue is read, and fills
+        ``site_factor`` for the pending, non-held jobs it lists. ``incremental`` (the controller's round): a compact listing, then JSON only for
         the jobs whose listing changed (:mod:`.queue_read`).
         """
-        if incremental and job_ids is None:
-            jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
-        elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
-            jobs, meta = read_selected(lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids}))
-            meta = meta or Meta()
-        else:
-            jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
+        # sprio runs beside the queue read (another process) while Slurm answers; after a failed read, only after it
+        # (no calls piled on a slurmctld that is away)
+        with ThreadPoolExecutor(1) as pool:
+            sprio = pool.submit(self.site_factors) if with_site_factor and self.answering else None
+            try:
+                if incremental and job_ids is None:
+                    jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
+                elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
+                    jobs, meta = read_selected(lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids}))
+                    meta = meta or Meta()
+                else:
+                    jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
+            except Exception:
+                self.answering = False
+                raise
+            self.answering = True
+            factors = sprio.result() if sprio is not None else self.site_factors() if with_site_factor else None
         if meta.version:
             self.slurm_version = meta.version
         jobs = filter_jobs(jobs, job_ids, states)
-        if with_site_factor:
-            factors = self.site_factors()
+        if factors is not None:
             jobs = [_with_site(j, factors.get(j.job_id)) for j in jobs]
         return jobs
 
@@ -240,7 +252,6 @@ class SlurmCLI:
             for argv in argvs:
                 self.run(argv)
             return
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(min(PARALLEL, len(argvs))) as pool:
             futures = [pool.submit(self.run, argv) for argv in argvs]
         errors = [f.exception() for f in futures if f.exception() is not None]
