@@ -36,7 +36,7 @@ def test_hostlists_expand_to_node_names(text, names):
     assert expand_hostlist(text) == names
 
 
-@pytest.mark.parametrize("bad", ["a[1-", "a[x]", "a[3-1]", "a b", "a[1-999999999]"])
+@pytest.mark.parametrize("bad", ["a[1-", "a[x]", "a[3-1]", "a b", "a[1-999999999]", "a[1-99999]b[1-99999]"])
 def test_a_bad_hostlist_raises(bad):
     with pytest.raises(ValueError):
         expand_hostlist(bad)

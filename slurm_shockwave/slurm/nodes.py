@@ -58,6 +58,8 @@ def _expand_one(name: str) -> list[str]:
         width = len(lo) if lo.startswith("0") else 0
         values.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
     tails = _expand_one(tail)
+    if len(values) * len(tails) > MAX_HOSTS:          # checked before the product is built
+        raise ValueError(f"{name[:60]!r} names more than {MAX_HOSTS} nodes")
     return [f"{head}{v}{t}" for v in values for t in tails]
 
 
