@@ -5,8 +5,8 @@ jobs lose their round every round, so preemptions happen every few seconds).
 
 Kill points (tests/safety_ctl.py): before/after a given Slurm command, e.g. right after `requeuehold`
 (before the `hold` that makes it an admin hold), right after the AdminComment mark (before the hold or
-the requeue), right after `release` (before StartTime=now and the unmarking), during observe, after a
-signal.  A point the controller did not reach within its window is skipped (the report lists the kills
+the requeue), right after `release` (before StartTime=now and the unmarking), right after a node pin (before the
+release), during observe, after a signal.  A point the controller did not reach within its window is skipped (the report lists the kills
 that struck); the test requires at least 18 of the 20 to strike, the preemption points among them
 (a typical run: 20 of 20).  The last controller must stop cleanly (exit 0) on SIGTERM.
 
@@ -28,6 +28,8 @@ pytestmark = pytest.mark.slurm
 # (token, n-th matching call of this controller process, before|after)
 KILL_POINTS = [
     ("squeue", 1, "after"),                                  # mid-observe
+    ("NodeList=node", 1, "after"),                           # pinned (journalled), not released (early:
+                                                             # each job is pinned once)
     ("scancel", 1, "before"),                                # signal journalled, not sent
     ("AdminComment=shockwave:held", 1, "after"),             # marked, before hold / requeuehold
     ("requeuehold", 1, "after"),                             # between requeuehold and hold
@@ -41,7 +43,6 @@ KILL_POINTS = [
     ("hold", 1, "after"),
     ("AdminComment=", 1, "before"),                          # before unmarking a released job
     ("sprio", 1, "before"),
-    ("requeuehold", 1, "after"),
     ("AdminComment=shockwave:held", 2, "after"),
     ("squeue", 3, "after"),                                  # a later round
     ("release", 1, "before"),
