@@ -124,16 +124,20 @@ How a round reads and enacts at this scale:
 - The queue (slurm/queue_read.py): on 23.x and newer a compact `squeue -h -O` listing of every job (0.1-0.2 s
   for 5,000 jobs on 24.11, against 3.1 s for `squeue --json` and 0.8 s to parse its 39 MB), then
   `squeue --json -j` only for the jobs whose listing changed plus a tenth of the others in turn (every record
-  is read again within 10 rounds); round 0 reads everything. 22.05 ignores `-j` in `squeue --json`, so it
-  reads everything every round (16 MB for 5,000 jobs). The column "jobs read as JSON" counts those records.
+  is read again within 10 rounds); round 0 reads everything. A list of more than 200 ids is read in two
+  `squeue --json -j` calls at once (two squeue processes make the JSON on two cores), and the controller asks
+  `squeue --version` before its first read, so that round 0 is already read that way (since 2026-11-26 22:40).
+  22.05 ignores `-j` in `squeue --json`, so it reads everything every round (16 MB for 5,000 jobs). The column
+  "jobs read as JSON" counts those records.
 - Holds (slurm/enact.py `MAX_NEW_HOLDS` = 500): at most 500 pending deferred jobs are held for the first time in
   a round, the oldest first; the others already carry SiteFactor 0 behind the planned jobs and are held in the
   next rounds (5,000 new jobs: 10 rounds). Each is one `scontrol update AdminComment=... Priority=0` (the mark
   and an admin hold in one RPC), lists of up to 500 ids, 4 calls at once; slurmctld acts on a list one job at a
   time (1-3 ms each here).
 - Node pins (slurm/nodes.py, since 2026-11-26 19:00): each planned pending job is pinned to its node before its
-  release, `scontrol update JobId=N NodeList=<node>`, one call per job (no version takes an id list with
-  NodeList), 4 at once: the jobs a round releases (here about 30 in round 0), not the deferred ones.
+  release, `update JobId=N NodeList=<node>`, a line per job (no version takes an id list with NodeList) read by
+  one `scontrol` from its standard input (since 2026-11-26 22:30; one call per job before): the jobs a round
+  releases (here about 30 in round 0), not the deferred ones.
 - Earlier changes (2026-11-25): the SiteFactor `sprio` showed is remembered (sprio does not list held jobs), the
   journal record is made strict JSON without a per-value ABC walk, and a round's clock starts before its reads.
 """)

@@ -8,7 +8,8 @@ $SAFETY_READY: a file written once the signal handlers are installed.
 
 KILL = "TOKEN:N:before|after": SIGKILL this process right before / right after the N-th Slurm command
 whose argv contains TOKEN (an argv item equal to TOKEN or starting with it; "AdminComment=" alone matches
-only the clearing of a mark).  Every Slurm command is appended to $SAFETY_CALL_LOG (one line each,
+only the clearing of a mark; the words of a command's standard input count as argv: a round's node pins are
+one scontrol reading a line per job).  Every Slurm command is appended to $SAFETY_CALL_LOG (one line each,
 "pid ok|err argv"), and "KILL <spec>" right before the kill, so the test knows where it struck.
 """
 from __future__ import annotations
@@ -101,8 +102,9 @@ def killing_runner(spec: str | None, log_path: str | None):
         os.kill(os.getpid(), signal.SIGKILL)
 
     def runner(argv, **kw):
-        hit = token is not None and _matches(token, argv) and seen[0] + 1 == n
-        if token is not None and _matches(token, argv):
+        words = [*argv, *(kw.get("input") or "").split()]
+        hit = token is not None and _matches(token, words) and seen[0] + 1 == n
+        if token is not None and _matches(token, words):
             seen[0] += 1
         if hit and when == "before":
             die()
@@ -112,7 +114,7 @@ def killing_runner(spec: str | None, log_path: str | None):
             note("err " + " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)))
             raise
         note(("ok " if proc.returncode == 0 else "err ") +
-             " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv))[:300])
+             " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(words))[:300])
         if hit and when == "after":
             die()
         return proc

@@ -117,7 +117,38 @@ def test_many_changes_read_everything_once():
     for i in range(1, int(100 * FULL_SHARE) + 11):
         fake.jobs[i]["admin_comment"] = "shockwave:held"
     jobs = cli.squeue_jobs(incremental=True)
-    assert fake.json_reads() == ["all"] and jobs[0].admin_comment == "shockwave:held"
+    # every listed job's record, by id (the Slurm applies -j): one list, as one full read would be
+    assert fake.json_reads() == [list(range(1, 101))] and jobs[0].admin_comment == "shockwave:held"
+    assert cli.queue.last["mode"] == "full"
+
+
+def test_a_long_list_is_read_in_two_calls_at_once_and_the_version_is_asked_before_the_first_read():
+    fake, cli = reader(450)
+    calls = []
+    inner = cli.runner
+
+    def runner(argv, **kw):
+        calls.append(argv[0].rsplit("/", 1)[-1] + " " + argv[1])
+        if argv[1] == "--version":
+            return subprocess.CompletedProcess(argv, 0, "slurm 24.11.5\n", "")
+        return inner(argv, **kw)
+    cli.runner = runner
+    jobs = cli.squeue_jobs(incremental=True)                 # the first read: by ids already, split in two
+    assert calls[:2] == ["squeue --version", "squeue -h"] and cli.slurm_version == "24.11"
+    reads = fake.json_reads()
+    assert sorted(len(r) for r in reads) == [225, 225] and sorted(sum(reads, [])) == list(range(1, 451))
+    assert len(jobs) == 450 and len({j.job_id for j in jobs}) == 450
+    cli.squeue_jobs(incremental=True)
+    assert calls.count("squeue --version") == 1                # asked once
+
+
+def test_a_slurm_that_does_not_say_its_version_is_read_whole_until_an_answer_declares_it():
+    fake, cli = reader(5)
+    inner = cli.runner
+    cli.runner = lambda argv, **kw: (subprocess.CompletedProcess(argv, 0, "something else\n", "")
+                                     if argv[1] == "--version" else inner(argv, **kw))
+    cli.squeue_jobs(incremental=True)
+    assert fake.json_reads() == ["all"] and cli.slurm_version == "24.11"     # from the JSON's meta
 
 
 def test_ids_gone_between_listing_and_read_are_not_listed():

@@ -162,27 +162,67 @@ class _CLI:
     def scontrol_update_each(self, ids, **fields):
         self.calls.append(("each", list(ids), fields))
 
+    def scontrol_update_jobs(self, updates):
+        self.calls.append(("jobs", [(j, dict(f)) for j, f in updates], {}))
+        return self.failed if hasattr(self, "failed") else {}
+
 
 class _State:
+    def __init__(self):
+        self.settled = []
+
     def intend_many(self, _r, ids, *a):
-        return [1] * len(ids)
+        return list(ids)
 
-    def settle(self, *a, **k):
-        pass
+    def settle(self, ids, status, *a, **k):
+        self.settled.append((list(ids), status))
 
 
-def test_a_pin_is_one_scontrol_call_per_job():
-    """Slurm 22.05, 24.11 and 26.05 refuse `scontrol update JobId=2,4 NodeList=...` (Invalid job ID)."""
-    cli = _CLI()
-    Enactor(cli, _State()).execute(1, [Action(VERB, (4, 6), "node2"), Action(VERB, (8,), "")], {})
-    assert cli.calls == [("each", [4, 6], {"NodeList": "node2"}), ("each", [8], {"NodeList": ""})]
+def test_a_rounds_pins_are_one_scontrol_reading_a_line_per_job():
+    """Slurm 22.05, 24.11 and 26.05 refuse `scontrol update JobId=2,4 NodeList=...` (Invalid job ID): each job is
+    its own `update` line, all of a round's in one scontrol; a job the errors name fails its pin alone."""
+    cli, state = _CLI(), _State()
+    cli.failed = {8: "Invalid node name specified for job 8"}
+    res = Enactor(cli, state).execute(1, [Action(VERB, (4, 6), "node2"), Action(VERB, (8,), "node3"),
+                                          Action("release", (4,), None)], {})
+    assert cli.calls[0] == ("jobs", [(4, {"NodeList": "node2"}), (6, {"NodeList": "node2"}),
+                                     (8, {"NodeList": "node3"})], {})
+    assert [r for _a, r in res] == ["done", "failed", "failed"]          # (the fake has no release)
+    assert state.settled[:2] == [([4, 6], "done"), ([8], "failed")]
     from slurm_shockwave.slurm import SlurmCLI
-    argvs = []
+    from slurm_shockwave.slurm.errors import SlurmError
+    calls = []
+
+    def run(argv, input=None, **k):
+        calls.append((argv, input))
+        if "NodeList=bad" in (input or ""):
+            raise SlurmError("scontrol failed", cmd=argv, returncode=1, stderr=(
+                "Invalid node name specified for job 6\n"
+                "scontrol: error: Could not load state information for job 7: Invalid job id specified\n"))
     real = SlurmCLI.__new__(SlurmCLI)
-    real.run = lambda argv, **k: argvs.append(argv)
+    real.run = run
     real.scontrol_update_each([4, 6], NodeList="node1,node2")
-    assert argvs == [["scontrol", "update", "JobId=4", "NodeList=node1,node2"],
-                     ["scontrol", "update", "JobId=6", "NodeList=node1,node2"]]
+    assert calls == [(["scontrol"], "update JobId=4 NodeList=node1,node2\nupdate JobId=6 NodeList=node1,node2\n")]
+    assert real.scontrol_update_jobs([(4, {"NodeList": "n1"}), (6, {"NodeList": "bad"}), (7, {"NodeList": ""})]) \
+        == {6: "Invalid node name specified for job 6",
+            7: "scontrol: error: Could not load state information for job 7: Invalid job id specified"}
+    with pytest.raises(SlurmError, match="job 6"):
+        real.scontrol_update_each([4, 6], NodeList="bad")
+    with pytest.raises(ValueError):                                      # a second command hidden in a value
+        real.scontrol_update_jobs([(4, {"NodeList": "n1 cancel 5"})])
+
+
+def test_a_failed_pin_call_that_names_no_job_fails_every_pin_and_an_unreachable_slurm_skips_the_rest():
+    from slurm_shockwave.slurm.errors import SlurmError
+    cli, state = _CLI(), _State()
+
+    def away(updates):
+        raise SlurmError.from_command(["scontrol"], 1, "scontrol: error: Unable to contact slurm controller")
+    cli.scontrol_update_jobs = away
+    res = Enactor(cli, state).execute(1, [Action(VERB, (4,), "node2"), Action(VERB, (8,), "node3"),
+                                          Action("release", (4,), None)], {})
+    assert [r for _a, r in res] == ["failed", "skipped", "skipped"]
+    assert state.settled == [([4], "failed"), ([8], "failed")]          # both journalled, both settled
 
 
 def _backend(pins, jobs, mode):

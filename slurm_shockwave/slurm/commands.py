@@ -7,7 +7,8 @@ a shell.
 Facts relied on (Slurm 22.05.8):
 
 * ``scontrol update JobId=1,2,3 Key=Value ...`` updates a comma-separated list in one call (not for
-  ``NodeList=``, refused with a list on 22.05, 24.11 and 26.05: ``scontrol_update_each``);
+  ``NodeList=``, refused with a list on 22.05, 24.11 and 26.05: ``scontrol_update_jobs``, one
+  ``update`` line per job on scontrol's standard input, each failed line named on stderr);
   ``scontrol hold|release|requeue|requeuehold 1,2,3`` likewise. If one id in the list is
   unknown, scontrol exits 1 (``Invalid job id specified``) but still acts on the others.
 * ``scancel`` takes job ids as separate arguments; ``--signal=SIG`` without ``--batch`` or
@@ -54,6 +55,9 @@ RESTART_GAP_SECONDS = 1.1
 _JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
 _FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _SIGNAL_RE = re.compile(r"^(SIG)?[A-Z0-9+]+$|^\d+$")
+_VERSION_RE = re.compile(r"^(\d{2})\.(\d{2})(?:\.\d+)?$")
+#: the job an error line of scontrol's input mode is about ("... for job 5", "... for job 9: ...")
+_FAILED_JOB_RE = re.compile(r"\bjob (\d+)\b", re.IGNORECASE)
 #: ids per scontrol/scancel call; keeps argv far below ARG_MAX
 BATCH_SIZE = 500
 SIGNAL_SCOPES = ("batch", "full", "steps")
@@ -125,6 +129,7 @@ class SlurmCLI:
         self.slurm_version = ""
         #: where node lists come from: "sinfo" (22.05) or "scontrol" (>= 23.x); None = not yet known
         self.node_source: str | None = None
+        self._version_asked = False
         #: the last queue read succeeded: the round's other reads (sprio, nodes) may run beside the next one
         self.answering = False
         #: stand-in for ``subprocess.run`` (tests inject a fake Slurm here)
@@ -142,8 +147,9 @@ class SlurmCLI:
         return {**os.environ, **self.env, **(extra or {})}
 
     def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess:
-        """Run ``argv`` (a list, no shell); return the CompletedProcess or raise SlurmError."""
+            timeout: float | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` (a list, no shell; ``input``: its standard input, else none); return the CompletedProcess
+        or raise SlurmError."""
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv must be a list of arguments, not a string")
         argv = [str(a) for a in argv]
@@ -151,9 +157,9 @@ class SlurmCLI:
             argv[0] = os.path.join(self.bin_dir, argv[0])
         limit = self.timeout if timeout is None else timeout
         try:
-            proc = self.runner(argv, env=self.full_env(env), capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=limit, check=False,
-                                  errors="replace")
+            stdin = {"stdin": subprocess.DEVNULL} if input is None else {"input": input}
+            proc = self.runner(argv, env=self.full_env(env), capture_output=True, text=True, timeout=limit,
+                               check=False, errors="replace", **stdin)
         except subprocess.TimeoutExpired as exc:
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             raise SlurmTimeout.from_command(argv, None, stderr, what=f"timed out after {limit:g}s") from exc
@@ -180,6 +186,8 @@ class SlurmCLI:
             sprio = pool.submit(self.site_factors) if with_site_factor and self.answering else None
             try:
                 if incremental and job_ids is None:
+                    if not self.slurm_version and not self._version_asked:
+                        self.slurm_version = self.client_version()
                     jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
                 elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
                     jobs, meta = read_selected(lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids}))
@@ -197,6 +205,18 @@ class SlurmCLI:
         if factors is not None:
             jobs = [_with_site(j, factors.get(j.job_id)) for j in jobs]
         return jobs
+
+    def client_version(self) -> str:
+        """major.minor of the squeue this CLI runs (``squeue --version``: ``slurm 26.05.5``, ``slurm-wlm 22.05.8``),
+        asked once, before any JSON answer declares it (so the controller's first queue read is already the
+        version's); "" when it does not say (every JSON answer's own declaration still wins)."""
+        self._version_asked = True
+        try:
+            words = self.run(["squeue", "--version"]).stdout.split()
+        except Exception:  # noqa: BLE001 - not known: the queue read reads everything until an answer declares it
+            return ""
+        m = _VERSION_RE.match(words[-1]) if len(words) == 2 and words[0].startswith("slurm") else None
+        return f"{m.group(1)}.{m.group(2)}" if m else ""
 
     def sinfo_nodes(self) -> list[SlurmNode]:
         """Every node once: ``sinfo --json`` on 22.05; ``scontrol show nodes --json`` on newer
@@ -234,13 +254,48 @@ class SlurmCLI:
         self._run_all([["scontrol", "update", f"JobId={','.join(chunk)}", *args] for chunk in _split(ids)])
 
     def scontrol_update_each(self, job_ids: Iterable[int | str], **fields: object) -> None:
-        """``scontrol update JobId=<id> K=V`` once per job, for the fields scontrol refuses with an id list:
-        ``NodeList=`` (22.05, 24.11 and 26.05: ``Invalid job ID 2,4``, rc 1, no job updated).  Every job is tried
-        (up to PARALLEL calls at once); the first error is raised once all are done."""
-        if not fields:
-            raise ValueError("scontrol_update_each needs at least one field")
-        args = [_field_arg(k, v) for k, v in fields.items()]
-        self._run_all([["scontrol", "update", f"JobId={j}", *args] for j in _job_ids(job_ids)])
+        """``update JobId=<id> K=V`` for each job, for the fields scontrol refuses with an id list: ``NodeList=``
+        (22.05, 24.11 and 26.05: ``Invalid job ID 2,4``, rc 1, no job updated).  Every job is tried; the first
+        error is raised once all are done."""
+        ids = _job_ids(job_ids)
+        failed = self.scontrol_update_jobs([(j, fields) for j in ids])
+        if failed:
+            first = next(j for j in ids if int(j.split("_")[0]) in failed)
+            raise SlurmError(f"scontrol update JobId={first}: {failed[int(first.split('_')[0])]}",
+                             cmd=["scontrol"], returncode=1, stderr="\n".join(failed.values()))
+
+    def scontrol_update_jobs(self, updates: Sequence[tuple[int | str, Mapping[str, object]]]) -> dict[int, str]:
+        """Several ``update JobId=<id> K=V ...`` (one per job, each its own fields) in one ``scontrol`` that reads
+        them from its standard input.  scontrol runs every line and exits 1 if any failed, naming each failed job on
+        stderr (``Invalid node name specified for job 5``, ``... for job 9: Invalid job id specified``; 22.05,
+        24.11, 26.05), so one process does what took one per job.  Returns {job id: its error} for the lines that
+        failed; raises SlurmError when the call failed and no failure names a job of the list (slurmctld away)."""
+        lines, ids = [], set()
+        for job_id, fields in updates:
+            (jid,) = _job_ids([job_id])
+            if not fields:
+                raise ValueError("an update needs at least one field")
+            args = [_field_arg(k, v) for k, v in fields.items()]
+            if any(c.isspace() or c in "\"'" for a in args for c in a):
+                raise ValueError(f"a value read from scontrol's input may not hold blanks or quotes: {args}")
+            lines.append(" ".join(["update", f"JobId={jid}", *args]))
+            ids.add(int(jid.split("_")[0]))
+        if not lines:
+            return {}
+        try:
+            self.run(["scontrol"], input="\n".join(lines) + "\n")
+        except SlurmTimeout:
+            raise
+        except SlurmError as exc:
+            failed = {}
+            for line in (exc.stderr or "").splitlines():
+                m = _FAILED_JOB_RE.search(line)
+                if m and int(m.group(1)) in ids:
+                    failed.setdefault(int(m.group(1)), line.strip())
+            if not failed:
+                raise
+            return failed
+        return {}
 
     def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
         self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in _split(_job_ids(job_ids))])

@@ -31,8 +31,11 @@ import logging
 import re
 from dataclasses import dataclass
 
-from .errors import unreachable
+from .errors import SlurmError, unreachable
 from .ownership import marked, parse_mark, unmarked
+
+#: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
+PIN_VERB = "place_nodes"
 
 log = logging.getLogger("slurm_shockwave.enact")
 
@@ -193,15 +196,23 @@ class Enactor:
         """Run the actions in order; `on_done(action)` right after each one succeeded (e.g. to save at once
         that a job was signalled, so a crash right after does not signal it again)."""
         results = []
-        for a in actions:
+        pinned: dict = {}       # action index -> (journal ids, error or None): node pins made together
+        for k, a in enumerate(actions):
             if self.dry_run:
                 log.info("dry-run: would %s %s %s", a.verb, a.value if a.value is not None else "", list(a.job_ids))
                 results.append((a, "dry-run"))
                 continue
-            ids = self.state.intend_many(round_index, a.job_ids, a.verb, a.value, restart_counts)
-            try:
-                self._call(a)
-            except Exception as e:  # noqa: BLE001 - a failed call is journalled, logged, retried next round
+            if a.verb == PIN_VERB and k not in pinned:
+                pinned.update(self._pin_together(round_index, actions, k, restart_counts))
+            if k in pinned:
+                ids, e = pinned[k]
+            else:
+                ids, e = self.state.intend_many(round_index, a.job_ids, a.verb, a.value, restart_counts), None
+                try:
+                    self._call(a)
+                except Exception as exc:  # noqa: BLE001 - a failed call is journalled, logged, retried next round
+                    e = exc
+            if e is not None:
                 self.state.settle(ids, "failed", str(e).splitlines()[0] if str(e) else type(e).__name__)
                 log.warning("enact %s on %s failed: %s", a.verb, list(a.job_ids), e)
                 results.append((a, "failed"))
@@ -210,9 +221,12 @@ class Enactor:
                 if unreachable(e):
                     # slurmctld is away: the other calls would each wait for their timeout too; the next
                     # round re-reads Slurm and reconciles what is left
-                    skipped = actions[actions.index(a) + 1:]
+                    skipped = actions[k + 1:]
                     if skipped:
                         log.warning("slurmctld unreachable: %d action(s) left for the next round", len(skipped))
+                    for i in range(k + 1, len(actions)):
+                        if i in pinned:                   # journalled with this one: settled with it
+                            self.state.settle(pinned[i][0], "failed", "slurmctld unreachable")
                     results.extend((b, "skipped") for b in skipped)
                     break
                 continue
@@ -225,6 +239,29 @@ class Enactor:
             if on_done is not None:
                 on_done(a)
         return results
+
+    def _pin_together(self, round_index: int, actions: list[Action], k: int, restart_counts: dict) -> dict:
+        """The node pins from actions[k] on (a pin per node value, consecutive) in one ``scontrol`` reading a line
+        per job (commands.SlurmCLI.scontrol_update_jobs): a round's pins cost one process, not one per job.  All
+        are journalled before the call; {action index: (journal ids, its error or None)}."""
+        batch = []
+        for i in range(k, len(actions)):
+            if actions[i].verb != PIN_VERB:
+                break
+            batch.append(i)
+        ids = {i: self.state.intend_many(round_index, actions[i].job_ids, PIN_VERB, actions[i].value, restart_counts)
+               for i in batch}
+        try:
+            failed = self.cli.scontrol_update_jobs([(j, {"NodeList": actions[i].value})
+                                                    for i in batch for j in actions[i].job_ids])
+        except Exception as e:  # noqa: BLE001 - every pin of the call failed with it
+            return {i: (ids[i], e) for i in batch}
+        out = {}
+        for i in batch:
+            errors = [failed[int(j)] for j in actions[i].job_ids if int(j) in failed]
+            out[i] = (ids[i], SlurmError(f"NodeList={actions[i].value}: {errors[0]}", cmd=["scontrol"], returncode=1,
+                                         stderr="\n".join(errors)) if errors else None)
+        return out
 
     def _call(self, a: Action) -> None:
         ids = list(a.job_ids)
@@ -259,7 +296,5 @@ class Enactor:
             self.cli.scontrol_update(ids, TresPerNode=a.value)
         elif a.verb == "place_features":      # the same on Slurm < 23.11: the nodes carry their type as a Feature
             self.cli.scontrol_update(ids, Features=a.value)
-        elif a.verb == "place_nodes":         # a pending job to the nodes its round gave it; "" clears (nodes.py)
-            self.cli.scontrol_update_each(ids, NodeList=a.value)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

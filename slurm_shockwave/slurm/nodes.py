@@ -10,7 +10,8 @@ round placed on nodes is pinned there before its release.
 * Pinning (only a pending job the round runs, never one whose user asked for nodes, ``--nodelist``/``-w``: the squeue
   JSON's ``required_nodes``, unless the controller wrote it): ``scontrol update JobId=<id> NodeList=<a,b>`` before its
   release; ``NodeList=`` clears it.  Slurm 22.05, 24.11 and 26.05 all refuse an id list with ``NodeList``
-  (``Invalid job ID 2,4``, rc 1, nothing updated), so it is one call per job (commands.SlurmCLI.scontrol_update_each).
+  (``Invalid job ID 2,4``, rc 1, nothing updated), so each job is a line ``update JobId=<id> NodeList=<a,b>``, all
+  of a round's read by one scontrol from its standard input (commands.SlurmCLI.scontrol_update_jobs).
   What the controller wrote is journalled (verb ``place_nodes``, intents too), which tells its pin from the user's.
 * A move (authoritative mode): a running managed job whose assigned nodes differ from the nodes it runs on is treated
   by the reconcile like one that lost its round (held, signalled, requeued held), and pinned to its new nodes when
@@ -24,13 +25,13 @@ import re
 
 from solver.types import GPU
 
-from .enact import Action
+from .enact import PIN_VERB, Action
 from .gpu_types import gpu_entry
 from .models import node_in_partition
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
-VERB = "place_nodes"
+VERB = PIN_VERB
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _RANGE_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 #: one item of a hostlist: names and bracket groups up to a comma outside brackets (``a[1,3]-b[2-4]``)

@@ -6,7 +6,7 @@
 * clears the marks (an admin's own AdminComment text is kept);
 * resets SiteFactor to 0 on every active job the controller manages (pending AND running), and on every
   job the journal says it gave a SiteFactor;
-* clears the required node list (``scontrol update JobId=<id> NodeList=``, one call per job) of every pending job
+* clears the required node list (``update JobId=<id> NodeList=``, a line per job for one scontrol) of every pending job
   whose list is one the journal says the controller wrote (slurm/nodes.py, verb ``place_nodes``); a list the
   user asked for is kept, and so is a running job's (its node list cannot be changed while it runs).
 
