@@ -186,7 +186,9 @@ def test_released_reason_unmanaged_capacity_no_requeue_and_ended_early(cluster):
     a = submit(cluster, root, "a", extra=("--begin=now+3600",))
     b = submit(cluster, root, "b", extra=("--no-requeue", "--begin=now+3600"))
     short = submit(cluster, root, "short", seconds=4, comment="shockwave epochs=12 bs=32")
-    big = submit(cluster, root, "big", gpus=3, comment="", extra=("--time=30",))      # unmanaged, pending
+    # unmanaged, pending for good: it needs all 4 GPUs while `other` holds one (with 3 it could start when `short`
+    # ends, and a loaded machine's second round would find no GPU left for `a`)
+    big = submit(cluster, root, "big", gpus=4, comment="", extra=("--time=30",))
     store = root / "events"
     store.mkdir(exist_ok=True)
     w = EventWriter.for_job(store, str(short))
@@ -211,7 +213,7 @@ def test_released_reason_unmanaged_capacity_no_requeue_and_ended_early(cluster):
         assert not any("--no-requeue" in w for w in rows[a]["warnings"])
         cl = out["cluster"]
         assert cl["gpus"] == 4 and cl["gpus_unmanaged"] == 1 and cl["gpus_managed_capacity"] == 3
-        assert cl["unmanaged_pending"] == 1 and cl["unmanaged_pending_gpus"] == 3
+        assert cl["unmanaged_pending"] == 1 and cl["unmanaged_pending_gpus"] == 4
         rec, _at = ctl.state.latest_round()
         unm = rec.context["unmanaged"]
         assert rec.view.num_gpus == 3 and unm["running"][0]["expected_end"] is not None

@@ -76,7 +76,7 @@ def test_small_replay_completes_and_agrees_with_its_simulation(tmp_path):
     trace = tmp_path / "ci.trace"
     trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(paths["throughputs"]))))
     r = CliRunner().invoke(cli, ["replay", "--trace", str(trace), "--throughputs", str(paths["throughputs"]),
-                                 "--gpus", "8", "--nodes", "2", "--users", "3", "--time-scale", "30", "--json"])
+                                 "--gpus", "8", "--nodes", "2", "--users", "3", "--time-scale", "60", "--json"])
     assert r.exit_code == 0, r.output[-3000:]
     res = json.loads(r.output[r.output.index("{\n"):])
     real, sim = res["real"], res["simulated"]
@@ -89,7 +89,7 @@ def test_small_replay_completes_and_agrees_with_its_simulation(tmp_path):
     assert set(real["user_share"]) == set(sim["user_share"]) == {"swreplay-u1", "swreplay-u2", "swreplay-u3"}
     for key in ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction", "ftf_dynamic_worst", "restarts"):
         assert key in real and key in sim
-    # a gross disagreement only (a unit or time-scale slip is off by 30x): how close the two are depends on the
+    # a gross disagreement only (a unit or time-scale slip is off by 60x): how close the two are depends on the
     # machine's load and is measured by bench/replay.py into docs/replay.md, never asserted here
     assert abs(res["deviation"]["makespan_s"]) < 0.5, res["deviation"]
     assert abs(res["deviation"]["avg_jct_s"]) < 0.5, res["deviation"]
