@@ -75,7 +75,7 @@ def test_short_demo_end_to_end(tmp_path):
         assert set(run["real"]["user_share"]) == {"swreplay-u1", "swreplay-u2", "swreplay-u3"}
         assert _daemon_pids(run["root"]) == set(), f"the {name} run left Slurm daemons running"
     assert res["runs"]["slurm"]["real"]["restarts"] == 0          # nobody preempts under plain Slurm
-    assert res["runs"]["slurm"]["simulated"]["policy"] in ("fifo+backfill", "slurm-multifactor")
+    assert res["runs"]["slurm"]["simulated"]["policy"] == "slurm-multifactor"
     assert len({j["user"] for j in res["jobs"]}) == 3
     text = doc.read_text()
     assert "| (trace seconds) | plain Slurm | Shockwave | plain Slurm, simulated | Shockwave, simulated |" in text

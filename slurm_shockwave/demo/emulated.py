@@ -141,10 +141,8 @@ def render_text(res: dict) -> str:
 
 
 def _model_words(runs: dict) -> str:
-    if _v(runs, "slurm", "simulated", "policy") == "fifo+backfill":
-        return "first come, first served with backfill, a gang on one node, in continuous time"
     return ("the simulator's model of a Slurm site: multifactor priority, conservative backfill with the same time "
-            "limits, decided every 120 s")
+            "limits, decided at each of the cluster's scheduler passes, 1 s of wall time")
 
 
 def render_markdown(res: dict, load: str = "?", cpus: int | None = None) -> str:
@@ -182,7 +180,7 @@ jobs do not slow each other: what differs between the runs is the scheduling. Al
 (wall seconds x {res['time_scale']:g}). 24 jobs on 8 GPUs: the paper's rho has a contention factor of 3.
 
 The simulated columns run the same jobs through the simulator, on the same nodes (each gang on one node): Shockwave
-with the restart cost measured in its real run, plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy') or 'fifo+backfill'}` ({_model_words(runs)}).
+with the restart cost measured in its real run, plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy')}` ({_model_words(runs)}).
 `shockwave replay` does the same for any trace (`docs/replay.md`: the 120-job trace on 32 GPUs).
 
 ## Summary

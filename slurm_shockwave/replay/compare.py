@@ -5,22 +5,24 @@ the real run (collect.py) as its `restart_penalty` and as its preemption gate's 
 preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds, on the real
 cluster's nodes (each gang on one node, solver/nodes.py).
 
-For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy when the policy
-registry has it, with the real cluster's PriorityCalcPeriod (1 minute of wall time, in trace seconds); until then
-`fifo_backfill` below: continuous time, jobs in submission order (ignoring fair-share), a job starts as soon as a node
-has its GPUs free (best fit, a gang on one node, as `--nodes=1` asks), a later job starts first when it fits
-(backfill with no time limits), nobody is preempted.
+For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy with the real
+cluster's settings in trace seconds (site.py): its PriorityCalcPeriod, and rounds of its scheduler pass (1 s of wall
+time) rather than 120 s.  `spread` runs either with the arrivals moved by up to 1 s of wall time, as the real
+cluster moves them.
 """
 from __future__ import annotations
 
+import dataclasses
+import random
+import statistics
+
 from solver.policies import make_policy, policy_class
 
-from ..backends.base import JobRecord
 from ..controller.loop import RoundLoop
 from ..metrics import compute
 from ..sim.cluster import SimulatedCluster
 from .collect import figures, user_share
-from .site import model_settings
+from .site import model_round_s, model_settings
 
 SLURM_MODEL = "slurm-multifactor"
 KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), ("worst_rho", "worst rho", 3),
@@ -28,26 +30,18 @@ KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), 
         ("ftf_dynamic_worst", "dynamic FTF worst", 3), ("ftf_dynamic_p95", "dynamic FTF p95", 3),
         ("ftf_dynamic_unfair", "dynamic FTF unfair (%)", 1), ("restarts", "restarts", 0),
         ("wasted_preemptions", "wasted preemptions", 0), ("utilization", "GPU utilisation", 3))
-
-
-def slurm_model() -> str:
-    """The simulator's model of plain Slurm: the registry's slurm-multifactor when it exists."""
-    try:
-        return policy_class(SLURM_MODEL).name
-    except ValueError:
-        return "fifo+backfill"
+SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
 def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
              time_scale: float | None = None) -> dict:
     """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)."""
-    model = slurm_model() if policy == "slurm" else policy_class(policy).name
-    if model == "fifo+backfill":
-        return fifo_backfill(specs, gpus, nodes, table)
-    cluster = SimulatedCluster(specs, table, gpus, round_length=120.0, restart_penalty=restart_cost,
+    model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
+    site = policy == "slurm" and time_scale
+    cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else 120.0,
+                               restart_penalty=restart_cost,
                                gpus_per_node=gpus // nodes if nodes else None)
-    loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if policy == "slurm" and time_scale
-                                          else None),
+    loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if site else None),
                      keep_records=True, mode="authoritative",
                      preemption_cost_s=restart_cost if policy != "slurm" else None)
     loop.run()
@@ -78,41 +72,25 @@ def _share(intervals, records) -> dict:
     return user_share(intervals, arrivals, finishes)
 
 
-def fifo_backfill(specs, gpus: int, nodes: int, table=None) -> dict:
-    """The model of plain Slurm described in the module docstring.  A job runs for its work under the schedule it
-    follows (what the emulated job sleeps: profiles.isolated_runtime); its rho still divides by the profiled
-    exclusive time, as the simulator's."""
-    from ..workload import profiles
-    work = {s.job_id: (profiles.isolated_runtime(s, table) if table is not None else s.isolated_runtime)
-            for s in specs}
-    per_node = gpus // nodes
-    free = [per_node] * nodes
-    waiting = sorted(specs, key=lambda s: (s.arrival_time, s.job_id))
-    running, records, intervals, t = [], [], [], min(s.arrival_time for s in specs)
-    while waiting or running:
-        for s in [s for s in waiting if s.arrival_time <= t]:
-            fits = [n for n in range(nodes) if free[n] >= s.num_gpus]
-            if fits:
-                node = min(fits, key=lambda n: (free[n], n))        # best fit
-                free[node] -= s.num_gpus
-                waiting.remove(s)
-                running.append((t + work[s.job_id], node, s, t))
-        nxt = [e for e, *_ in running] + [s.arrival_time for s in waiting if s.arrival_time > t]
-        if not nxt:
-            raise ValueError("a job asks for more GPUs than a node has")
-        t = min(nxt)
-        for item in [r for r in running if r[0] <= t]:
-            end, node, s, began = item
-            running.remove(item)
-            free[node] += s.num_gpus
-            records.append(JobRecord(s.job_id, s.user, s.num_gpus, s.arrival_time, end, s.isolated_runtime,
-                                     work[s.job_id], 1, 0))
-            intervals.append((s.user, began, end, s.num_gpus))
-    m = compute("fifo+backfill", records, gpus, n_trace=len(specs), start_time=min(s.arrival_time for s in specs))
-    out = figures(m)
-    out.update(policy="fifo+backfill", restarts=0, wasted_preemptions=0, preemptions=0,
-               user_share=_share(intervals, records),
-               per_job={f"t{int(r.job_id):03d}": round(r.jct, 1) for r in records})
+def spread(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float, time_scale: float,
+           runs: int = 16, seed: int = 0) -> dict:
+    """The simulated column's spread: `runs` simulations of the same jobs, each one's arrival delayed by a uniform
+    draw in [0, `time_scale`] trace seconds (up to 1 s of wall time: what a submission and a scheduler pass take on
+    the real cluster).  Delays that small move the 120-job trace's makespan by several percent under plain Slurm (a
+    different job ends last; the makespans fall in two groups), so one real run is read against this range and
+    the mean, not one simulation.  Returns {key: {"mean", "median", "min", "max"}} for the headline figures, and
+    "runs" and "jitter_s"."""
+    rng = random.Random(seed)
+    got = []
+    for _ in range(runs):
+        moved = [dataclasses.replace(s, arrival_time=s.arrival_time + rng.uniform(0.0, time_scale)) for s in specs]
+        got.append(simulate(moved, table, gpus, nodes, policy, restart_cost, time_scale))
+    out = {"runs": runs, "jitter_s": time_scale}
+    for key in SPREAD_KEYS:
+        values = [g[key] for g in got if g.get(key) is not None]
+        if values:
+            out[key] = {"mean": statistics.fmean(values), "median": statistics.median(values), "min": min(values),
+                        "max": max(values)}
     return out
 
 

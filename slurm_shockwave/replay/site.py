@@ -13,10 +13,15 @@ from __future__ import annotations
 
 from ..localcluster.config import PRIORITY_CALC_PERIOD_MIN
 
+#: the cluster's scheduler passes, wall seconds: a site's (sched_interval 60 s, bf_interval 30 s) at the time scale,
+#: at least Slurm's 1 s
+SCHED_PASS_S = 1
 SITE_WEIGHTS = ("PriorityWeightAge=1000", "PriorityWeightFairshare=10000", "PriorityWeightJobSize=1000",
                 "PriorityFavorSmall=NO", "PriorityFlags=NO_FAIR_TREE", "MinJobAge=3600",
-                # a site's scheduler passes (sched_interval 60 s, bf_interval 30 s) at the time scale, at least 1 s
-                "SchedulerParameters=sched_interval=1,bf_interval=1,bf_continue")
+                f"SchedulerParameters=sched_interval={SCHED_PASS_S},bf_interval={SCHED_PASS_S},bf_continue")
+#: RawShares of root's own user association, a sibling of the accounts that runs nothing (sshare: each of 4 users
+#: has NormShares 0.2, not 0.25)
+ROOT_USER_SHARES = 1
 #: the model's PriorityMaxAge and PriorityDecayHalfLife (trace seconds)
 SITE_DAYS_S = 14 * 86400.0
 
@@ -30,7 +35,14 @@ def site_priority(scale: float) -> tuple[str, ...]:
 def model_settings(scale: float) -> dict:
     """The `slurm-multifactor` settings of the same site, in trace seconds."""
     return {"max_age_s": SITE_DAYS_S, "decay_half_life_s": SITE_DAYS_S,
-            "calc_period_s": PRIORITY_CALC_PERIOD_MIN * 60.0 * scale}
+            "calc_period_s": PRIORITY_CALC_PERIOD_MIN * 60.0 * scale, "idle_shares": ROOT_USER_SHARES,
+            "time_limit_unit_s": 60.0 * scale}
+
+
+def model_round_s(scale: float) -> float:
+    """The model's round, trace seconds: the cluster's scheduler pass (a plain-Slurm cluster starts jobs as its
+    passes and job ends allow, not every 120 s; the controller's rounds stay 120 s)."""
+    return SCHED_PASS_S * scale
 
 
 def account_of(user: str) -> str:

@@ -2,8 +2,9 @@
 GPUs until it ends).  slurm_preempt.py is the same site with PreemptMode=REQUEUE.
 
 Sources: Slurm's priority_multifactor and classic_fair_share pages, its sched_config page (backfill), and
-src/plugins/priority/multifactor/priority_multifactor.c (read, not copied).  Decided once per round, as every
-policy here.
+src/plugins/priority/multifactor/priority_multifactor.c (read, not copied), checked against sprio and sshare on the
+replay's 22.05 cluster (docs/replay.md).  Decided once per round, as every policy here (the replay's rounds are the
+cluster's scheduler passes).
 
 Priority (PriorityType=priority/multifactor; weights of the docs' "Configuration Example": PriorityWeightAge=1000,
 PriorityWeightFairshare=10000, PriorityWeightJobSize=1000, PriorityMaxAge=14-0, PriorityDecayHalfLife=14-0,
@@ -11,15 +12,20 @@ PriorityFavorSmall=NO; one partition and no QOS, so those factors are equal for 
 
     priority = int(1000 * age + 10000 * fairshare + 1000 * size)      (at least 1, as Slurm's)
     age       = min(1, (now - eligible) / PriorityMaxAge); eligible = arrival, reset when requeued
-    size      = GPUs / cluster GPUs (Slurm averages the job's node and CPU shares, both that share when a job's
-                CPUs follow its GPUs; 1 - that with PriorityFavorSmall=YES)
+    size      = (nodes / cluster nodes + GPUs / cluster GPUs) / 2: Slurm averages the job's node and CPU shares,
+                and a job's CPUs follow its GPUs; nodes = the fewest whole nodes its gang needs (--nodes=1 for a
+                gang that fits one), so a 1-GPU job on 4-GPU nodes counts as 1/8 + 1/32.  A view without nodes (one
+                pool) counts GPUs alone.  1 - that with PriorityFavorSmall=YES
     fairshare = 2^(-U / S)   (the classic factor, PriorityFlags=NO_FAIR_TREE; every user an association under
-                root with one share, where effective usage = usage: S = 1 / users seen, U = the user's decayed
-                GPU-seconds / everyone's)
-    usage     = usage * 2^(-dt / PriorityDecayHalfLife) + GPU-seconds run in the round (GPUs billed: the
-                TRESBillingWeights a GPU site sets); the factor sees it as of the last PriorityCalcPeriod tick
-                (`calc_period_s`; 0, the default here, = every round; the replay sets its cluster's 1 minute)
-
+                root with one share, where effective usage = usage: S = 1 / (users seen + `idle_shares`), U = the
+                user's decayed GPU-seconds / everyone's; `idle_shares` are those of associations that run nothing,
+                e.g. the 1 share sacctmgr gives root's own user association beside the accounts under root)
+    usage     = usage * 2^(-dt / PriorityDecayHalfLife) + GPU-seconds run (GPUs billed: the TRESBillingWeights a
+                GPU site sets), counted as Slurm's RawUsage is: a job that ended adds its run at its end, a running
+                job's run is added at each PriorityCalcPeriod tick (`calc_period_s`; 0, the default here, = every
+                round; the replay sets its cluster's 1 minute).  The factor is computed at a tick from the usage
+                just before that tick adds the running jobs' run since the last one (what sshare shows on 22.05:
+                EffectvUsage at a tick = the RawUsage shares of the moment before it)
 Jobs are taken by priority, then submission, then id; a running job keeps the priority it started with (Slurm
 recalculates pending jobs only, without PriorityFlags=CALCULATE_RUNNING).  A trace with one user (or none)
 gives every job the same fair-share factor, which then plays no role (issue 24 adds users to traces).
@@ -29,9 +35,10 @@ pending jobs in priority order each start now when their gang fits on one GPU ty
 without touching a reservation, else reserve the earliest such slot (within bf_window, 1440 min); only the first
 bf_max_job_test (100) are planned, a later one starts only in strict priority order.  The time limit is the
 user's estimate; we assume users ask for `time_limit_factor` (1.5) x the job's run time alone on its gang at its
-first batch size (its steps / throughput when first seen): the deadline guard of the simulator ends every job by
+first batch size (its steps / throughput when first seen), in whole minutes rounded up (`time_limit_unit_s`: sbatch
+--time; the replay's is a wall minute in trace seconds): the deadline guard of the simulator ends every job by
 1.5 x its exclusive run time, as Slurm ends a job at its limit.  A job past its limit is expected to end within
-the round.  Slurm reserves whole nodes; this model reserves GPUs.
+the round.  On a view with nodes backfill plans on them (a gang on one node), else on GPUs.
 
 Several GPU types: a job starts on the type it asked for (`--gres=gpu:<type>:<n>`), else on any type it can run on
 whose GPUs are free earliest (ties: the most free GPUs, then by name), as Slurm places an untyped gres request
@@ -61,9 +68,13 @@ class SlurmConfig(BaseModel):
     decay_half_life_s: float = Field(14 * DAY, gt=0.0, description="PriorityDecayHalfLife, seconds (usage decay)")
     calc_period_s: float = Field(0.0, ge=0.0, le=DAY, description="PriorityCalcPeriod, seconds: the fair-share "
                                  "factor sees usage as of its last recalculation (0: every round)")
+    idle_shares: int = Field(0, ge=0, le=2**31, description="RawShares of associations under root that run no "
+                             "job (sacctmgr gives root's own user association 1): they dilute every user's share")
     favor_small: bool = Field(False, description="PriorityFavorSmall: the smaller job the larger size factor")
     time_limit_factor: float = Field(1.5, ge=1.0, le=1000.0, description="the users' time limits: this x the "
                                      "job's run time alone on its gang when first seen (backfill's estimate)")
+    time_limit_unit_s: float = Field(60.0, gt=0.0, le=DAY, description="a time limit is whole units of this "
+                                     "(sbatch --time: minutes), rounded up")
     bf_window_s: float = Field(DAY, gt=0.0, description="bf_window, seconds: how far ahead backfill reserves")
     bf_max_job_test: int = Field(100, ge=1, description="bf_max_job_test: pending jobs backfill plans per round")
 
@@ -80,7 +91,8 @@ class SlurmMultifactor(Policy):
 
     def __init__(self, config: SlurmConfig | None = None):
         super().__init__(config)
-        self.usage: dict = {}          # user -> decayed GPU-seconds
+        self.usage: dict = {}          # user -> decayed GPU-seconds Slurm has counted (its RawUsage)
+        self.uncounted: dict = {}      # running job -> decayed GPU-seconds since the last tick (counted at the next)
         self.users: dict = {}          # job -> [user, GPUs], kept a round after it ends: its last round is charged
         self.limit: dict = {}          # job -> its time limit, s (None: no throughput known, no limit)
         self.eligible: dict = {}       # job -> when it became eligible (arrival, or its last requeue)
@@ -92,32 +104,52 @@ class SlurmMultifactor(Policy):
 
     # ------------------------------------------------------------------ priority
     def _charge(self, view: ClusterView) -> None:
-        """Decay every user's usage to now and add the GPU-seconds of the round that ended."""
+        """Decay the usage to now, count the round that ended, and at a PriorityCalcPeriod tick take the usage the
+        factor sees, then count the running jobs' run since the last tick."""
         if self.last_now is not None:
             decay = 2.0 ** (-max(0.0, view.now - self.last_now) / self.config.decay_half_life_s)
             self.usage = {u: x * decay for u, x in self.usage.items()}
+            self.uncounted = {k: x * decay for k, x in self.uncounted.items()}
         self.last_now = float(view.now)
+        live = set()
         for j in view.jobs:
+            live.add(j.job_id)
             self.users[j.job_id] = [j.user, j.num_gpus]
             self.usage.setdefault(j.user, 0.0)
         for jid, seconds in view.last_round_run_time.items():
             if jid in self.users:
                 user, gpus = self.users[jid]
-                self.usage[user] = self.usage.get(user, 0.0) + seconds * gpus
+                run = self.uncounted.pop(jid, 0.0) + seconds * gpus
+                if jid in live:
+                    self.uncounted[jid] = run                  # still running: counted at the next tick
+                else:
+                    self.usage[user] = self.usage.get(user, 0.0) + run      # ended: counted at its end
+        for jid in [k for k in self.uncounted if k not in live]:           # gone without a last round reported
+            user, _gpus = self.users.get(jid, [None, 0])
+            run = self.uncounted.pop(jid)
+            if user is not None:
+                self.usage[user] = self.usage.get(user, 0.0) + run
         if self.last_calc is None or view.now - self.last_calc >= self.config.calc_period_s:
             self.seen, self.last_calc = dict(self.usage), float(view.now)
+            for jid, run in self.uncounted.items():
+                user = self.users[jid][0]
+                self.usage[user] = self.usage.get(user, 0.0) + run
+            self.uncounted = {}
         else:                                          # a user first seen between two ticks starts at 0
             self.seen = {u: self.seen.get(u, 0.0) for u in self.usage}
 
     def fairshare(self, user: str) -> float:
         total = sum(self.seen.values())
-        shares = 1.0 / max(1, len(self.seen))
+        shares = 1.0 / max(1, len(self.seen) + self.config.idle_shares)
         return 2.0 ** (-(self.seen.get(user, 0.0) / total) / shares) if total > 0 else 1.0
 
     def priority(self, view: ClusterView, job) -> int:
         cfg = self.config
         age = min(1.0, max(0.0, view.now - self.eligible.get(job.job_id, job.arrival_time)) / cfg.max_age_s)
         size = min(1.0, job.num_gpus / view.num_gpus) if view.num_gpus else 0.0
+        if view.nodes:
+            per_node = max(g for _t, g in view.nodes.values()) or 1
+            size = (min(1.0, math.ceil(job.num_gpus / per_node) / len(view.nodes)) + size) / 2
         if cfg.favor_small:
             size = 1.0 - size
         value = cfg.weight_age * age + cfg.weight_fairshare * self.fairshare(job.user) + cfg.weight_job_size * size
@@ -131,7 +163,8 @@ class SlurmMultifactor(Policy):
         for j in view.jobs:
             self.eligible.setdefault(j.job_id, j.arrival_time)
             if j.job_id not in self.limit:
-                self.limit[j.job_id] = cfg.time_limit_factor * j.steps_remaining / j.throughput \
+                self.limit[j.job_id] = cfg.time_limit_unit_s * math.ceil(
+                    cfg.time_limit_factor * j.steps_remaining / j.throughput / cfg.time_limit_unit_s) \
                     if j.throughput > 0 else None
         running = [j for j in view.jobs if j.ran_last_round]
         for j in running:
@@ -173,6 +206,9 @@ class SlurmMultifactor(Policy):
 
         for jid in requeued:                      # Slurm resets a requeued job's eligible (accrue) time
             self.eligible[jid] = now
+            if jid in self.uncounted:             # and counts its run as of a job's end
+                user = self.users[jid][0]
+                self.usage[user] = self.usage.get(user, 0.0) + self.uncounted.pop(jid)
         self.started = {k: v for k, v in self.started.items() if k in placement}
         active = set(jobs)
         for table in (self.limit, self.eligible):
@@ -236,6 +272,7 @@ class SlurmMultifactor(Policy):
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         return {"usage": [[k, v] for k, v in self.usage.items()], "users": [[k, v] for k, v in self.users.items()],
+                "uncounted": [[k, v] for k, v in self.uncounted.items()],
                 "limit": [[k, v] for k, v in self.limit.items()],
                 "eligible": [[k, v] for k, v in self.eligible.items()],
                 "started": [[k, v] for k, v in self.started.items()], "last_now": self.last_now,
@@ -244,6 +281,7 @@ class SlurmMultifactor(Policy):
     def load_state_dict(self, state: dict) -> None:
         self.usage = {k: float(v) for k, v in state["usage"]}
         self.users = {k: list(v) for k, v in state["users"]}
+        self.uncounted = {k: float(v) for k, v in state.get("uncounted", [])}
         self.limit = {k: None if v is None else float(v) for k, v in state["limit"]}
         self.eligible = {k: float(v) for k, v in state["eligible"]}
         self.started = {k: list(v) for k, v in state["started"]}

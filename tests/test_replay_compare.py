@@ -1,0 +1,50 @@
+"""The replay's simulated column (slurm_shockwave/replay/compare.py), no Slurm: plain Slurm's model decides at the
+cluster's scheduler passes, and the spread of simulations with arrivals moved by up to a wall second."""
+import pytest
+
+from slurm_shockwave.data_files import experiment_paths
+from slurm_shockwave.replay import compare
+from slurm_shockwave.replay.api import load
+from slurm_shockwave.replay.site import model_round_s
+from slurm_shockwave.workload.generate import generate, trace_text
+from slurm_shockwave.workload.throughputs import ThroughputTable
+from tests.test_replay_slurm import CI_TRACE
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path_factory.mktemp("compare") / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    _jobs, specs, table = load(trace, thr, 8, 3)
+    return specs, table
+
+
+def test_plain_slurms_model_decides_at_each_scheduler_pass_the_controllers_every_120_s(inputs):
+    specs, table = inputs
+    slurm = compare.simulate(specs, table, 8, 2, "slurm", 4.0, 30.0)
+    shockwave = compare.simulate(specs, table, 8, 2, "shockwave-edf", 4.0, 30.0)
+    assert model_round_s(30.0) == 30.0 and model_round_s(40.0) == 40.0
+    assert slurm["policy"] == "slurm-multifactor" and slurm["jobs"] == shockwave["jobs"] == 12
+    # rounds of 30 s against 120 s over makespans of the same order
+    assert slurm["rounds"] / slurm["makespan_s"] > 2.5 * shockwave["rounds"] / shockwave["makespan_s"]
+
+
+def test_the_spread_moves_arrivals_by_up_to_the_time_scale_and_summarises_each_figure(inputs, monkeypatch):
+    specs, table = inputs
+    seen = []
+    real_simulate = compare.simulate
+
+    def spy(moved, *a, **k):
+        seen.append(sorted(m.arrival_time - s.arrival_time for m, s in zip(moved, specs)))
+        return real_simulate(moved, *a, **k)
+
+    monkeypatch.setattr(compare, "simulate", spy)
+    out = compare.spread(specs, table, 8, 2, "slurm", 4.0, 30.0, runs=4)
+    assert out["runs"] == 4 and out["jitter_s"] == 30.0 and len(seen) == 4
+    assert all(0.0 <= d <= 30.0 for run in seen for d in run) and len({tuple(r) for r in seen}) == 4
+    for key in compare.SPREAD_KEYS:
+        v = out[key]
+        assert v["min"] <= v["median"] <= v["max"] and v["min"] <= v["mean"] <= v["max"]
+    again = compare.spread(specs, table, 8, 2, "slurm", 4.0, 30.0, runs=4)
+    assert again == out                                   # seeded: the same spread for the same inputs
