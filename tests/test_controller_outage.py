@@ -13,7 +13,8 @@ DATA = Path(__file__).parent / "data" / "slurm"
 
 
 class FlakySlurm:
-    """squeue fails `failures` times (slurmctld down), then answers from the recorded outputs."""
+    """squeue fails `failures` times (slurmctld down), then answers from the recorded outputs (22.05.8's);
+    ``squeue --version`` needs no slurmctld and always answers."""
 
     def __init__(self, failures: int):
         self.failures = failures
@@ -22,6 +23,8 @@ class FlakySlurm:
     def __call__(self, argv, **kw):
         self.calls.append(list(argv))
         cmd = argv[0]
+        if argv[1:] == ["--version"]:
+            return subprocess.CompletedProcess(argv, 0, "slurm-wlm 22.05.8\n", "")
         if cmd == "squeue" and self.failures > 0:
             self.failures -= 1
             return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Unable to contact slurm controller")
@@ -48,7 +51,8 @@ def test_outage_backs_off_then_recovers(tmp_path):
     assert outage["count"] == 2 and "Unable to contact slurm controller" in outage["last_error"]
     mutating = [c for c in runner.calls if c[0] in ("scontrol", "scancel")]
     assert mutating == []                      # dry run: decided and logged, nothing enacted
-    assert [c[0] for c in runner.calls[:2]] == ["squeue", "squeue"]   # no sinfo/scontrol after a failed read
+    reads = [c for c in runner.calls if c[1:] != ["--version"]]
+    assert [c[0] for c in reads[:2]] == ["squeue", "squeue"]          # no sinfo/scontrol after a failed read
 
 
 def test_gpus_of_unmanaged_running_jobs_are_not_planned(tmp_path):

@@ -31,9 +31,10 @@ def _daemon_pids(root: str):
 def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     """No Slurm: the demo's trace has more jobs than GPUs, several users, every mode, and the simulator, on the
     demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), puts Shockwave ahead of the plain-Slurm model on
-    worst rho and the unfair fraction whatever a restart costs, and within 5% of it on makespan and average JCT (on
-    24 jobs those two move by several percent with the restart cost alone, either way; the real runs are measured
-    in docs/demo.md)."""
+    worst rho, the unfair fraction and average JCT whatever a restart costs.  Not on makespan: against the model
+    checked on the replay's cluster (minute time limits, scheduler passes, docs/replay.md) Shockwave ends this
+    trace 0-9% later (its last job, an Accordion one, runs alone at the end), so that is bounded, not claimed; the
+    real runs are measured in docs/demo.md."""
     import tempfile
     from pathlib import Path
 
@@ -48,10 +49,9 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
         plain = simulate(specs, table, 8, 2, "slurm", start, 40.0)
         for cost in (30.0, 60.0, 120.0):                  # whatever a restart costs on the machine
             sw = simulate(specs, table, 8, 2, "shockwave-edf", cost, 40.0)
-            for key in ("worst_rho", "unfair_fraction"):
+            for key in ("worst_rho", "unfair_fraction", "avg_jct_s"):
                 assert sw[key] < plain[key], (start, cost, key, sw[key], plain[key])
-            for key in ("makespan_s", "avg_jct_s"):
-                assert sw[key] < 1.05 * plain[key], (start, cost, key, sw[key], plain[key])
+            assert sw["makespan_s"] < 1.10 * plain["makespan_s"], (start, cost, sw["makespan_s"], plain["makespan_s"])
 
 
 def test_short_demo_end_to_end(tmp_path):
