@@ -199,16 +199,17 @@ def _inputs(res: dict):
 def resimulate(res: dict) -> None:
     """The simulated column again, from the result's own inputs (a fix of the model after the run)."""
     from slurm_shockwave.replay import compare
-    specs, table, cost, scale = _inputs(res)
+    inputs = _inputs(res)
+    specs, table, cost, scale = inputs
     res.setdefault("simulated_at_run", res["simulated"])          # what the run itself printed
     res["simulated"] = compare.simulate(specs, table, res["gpus"], res["nodes"], res["policy"], cost, scale)
     res["deviation"] = compare.deviation(res["real"], res["simulated"])
-    add_spread(res)
+    add_spread(res, inputs)
 
 
-def add_spread(res: dict) -> None:
+def add_spread(res: dict, inputs=None) -> None:
     from slurm_shockwave.replay import compare
-    specs, table, cost, scale = _inputs(res)
+    specs, table, cost, scale = inputs or _inputs(res)
     if scale:
         res["simulated_spread"] = compare.spread(specs, table, res["gpus"], res["nodes"], res["policy"], cost, scale,
                                                  SPREAD_RUNS)

@@ -118,25 +118,22 @@ class SlurmMultifactor(Policy):
             self.usage.setdefault(j.user, 0.0)
         for jid, seconds in view.last_round_run_time.items():
             if jid in self.users:
-                user, gpus = self.users[jid]
-                run = self.uncounted.pop(jid, 0.0) + seconds * gpus
-                if jid in live:
-                    self.uncounted[jid] = run                  # still running: counted at the next tick
-                else:
-                    self.usage[user] = self.usage.get(user, 0.0) + run      # ended: counted at its end
-        for jid in [k for k in self.uncounted if k not in live]:           # gone without a last round reported
-            user, _gpus = self.users.get(jid, [None, 0])
-            run = self.uncounted.pop(jid)
-            if user is not None:
-                self.usage[user] = self.usage.get(user, 0.0) + run
+                self.uncounted[jid] = self.uncounted.get(jid, 0.0) + seconds * self.users[jid][1]
+        for jid in [k for k in self.uncounted if k not in live]:           # ended: counted at its end
+            self._count(jid)
         if self.last_calc is None or view.now - self.last_calc >= self.config.calc_period_s:
             self.seen, self.last_calc = dict(self.usage), float(view.now)
-            for jid, run in self.uncounted.items():
-                user = self.users[jid][0]
-                self.usage[user] = self.usage.get(user, 0.0) + run
-            self.uncounted = {}
+            for jid in list(self.uncounted):                # still running: counted at the tick, after the factor
+                self._count(jid)
         else:                                          # a user first seen between two ticks starts at 0
             self.seen = {u: self.seen.get(u, 0.0) for u in self.usage}
+
+    def _count(self, job_id) -> None:
+        """Slurm's RawUsage takes a job's run not yet counted (at the job's end or requeue, or at a tick)."""
+        user = self.users.get(job_id, [None])[0]
+        run = self.uncounted.pop(job_id)
+        if user is not None:
+            self.usage[user] = self.usage.get(user, 0.0) + run
 
     def fairshare(self, user: str) -> float:
         total = sum(self.seen.values())
@@ -207,8 +204,7 @@ class SlurmMultifactor(Policy):
         for jid in requeued:                      # Slurm resets a requeued job's eligible (accrue) time
             self.eligible[jid] = now
             if jid in self.uncounted:             # and counts its run as of a job's end
-                user = self.users[jid][0]
-                self.usage[user] = self.usage.get(user, 0.0) + self.uncounted.pop(jid)
+                self._count(jid)
         self.started = {k: v for k, v in self.started.items() if k in placement}
         active = set(jobs)
         for table in (self.limit, self.eligible):
