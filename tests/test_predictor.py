@@ -72,6 +72,30 @@ def test_static_job_is_remaining_minus_current_epoch():
     assert predict_remaining(j).remaining_s == pytest.approx((10 - 4 - 1) * 7.0)
 
 
+def test_remaining_restatement_counts_every_epoch_left():
+    # a static job: exactly the epochs left, the current one included, down to its last epoch
+    for done in range(10):
+        j = job(64, done, 10, hist=[64] * done, durations={64: 7.0})
+        assert predict_remaining(j, restate="remaining").remaining_s == pytest.approx((10 - done) * 7.0)
+    j = job(64, 10, 10, hist=[64] * 10, durations={64: 7.0})
+    assert predict_remaining(j, restate="remaining").remaining_s == 0.0
+    # the posterior's mix of what is left, scaled to R = 2 epochs: the reference's rebased counts
+    # {1: 0.8, 2: 0.6, 4: 0.6} (test_hand_computed_restatement_inflates) sum to 2.0
+    j = job(1, 1, 3, hist=[1], durations={1: 3.0, 2: 6.0, 4: 9.0})
+    p = predict_remaining(j, support=[1, 2, 4], restate="remaining")
+    assert p.remaining_s == pytest.approx(0.8 * 3 + 0.6 * 6 + 0.6 * 9)
+    assert sum(p.regimes.values()) == pytest.approx(2.0)
+    # a job that switches: the remaining epochs always add up to E - e
+    sched = [32] * 3 + [64] * 5 + [32] * 2
+    for e in range(10):
+        j = job(sched[e], e, 10, hist=sched[:e], durations={32: 10.0, 64: 6.0}, max_bs=64)
+        p = predict_remaining(j, restate="remaining")
+        assert sum(p.regimes.values()) == pytest.approx(10 - e)
+        assert 6.0 * (10 - e) <= p.remaining_s <= 10.0 * (10 - e)
+    with pytest.raises(ValueError):
+        predict_remaining(j, restate="exact")
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_matches_reference_with_same_support(seed):
     rng = random.Random(seed)

@@ -48,3 +48,28 @@ def test_the_spread_moves_arrivals_by_up_to_the_time_scale_and_summarises_each_f
         assert v["min"] <= v["median"] <= v["max"] and v["min"] <= v["mean"] <= v["max"]
     again = compare.spread(specs, table, 8, 2, "slurm", 4.0, 30.0, runs=4)
     assert again == out                                   # seeded: the same spread for the same inputs
+
+
+def test_the_simulators_view_declares_what_the_emulated_job_declares(tmp_path):
+    """Both sides' predictors see the same declared batch-size range: a static job none above its own, an adaptive
+    one the trace's maximum (not where its schedule happens to stop).  On the demo's trace: every mode."""
+    from slurm_shockwave.demo.emulated import demo_trace
+    from slurm_shockwave.replay.plan import plan_jobs, users
+    from slurm_shockwave.sim.cluster import SimulatedCluster
+    from slurm_shockwave.sim.job import SimJob
+    _jobs, specs, table = load(*demo_trace(tmp_path), 8, 3)
+    planned = {j.index: j for j in plan_jobs(specs, table, users(3))}
+    cluster = SimulatedCluster(specs, table, 8)
+    modes = set()
+    for s in specs:
+        view = cluster._view(SimJob(s, table))
+        declared = planned[int(s.job_id)].spec(30.0)
+        assert (view.min_batch_size, view.max_batch_size) == (declared["min_bs"], declared["max_bs"])
+        assert f"max_bs={declared['max_bs']} " in planned[int(s.job_id)].comment(30.0)
+        if s.mode == "static":
+            assert view.max_batch_size == s.initial_bs
+        else:
+            assert view.max_batch_size == s.max_bs >= max(planned[int(s.job_id)].schedule)
+        modes.add(s.mode)
+    assert modes == {"static", "gns", "accordion"}
+

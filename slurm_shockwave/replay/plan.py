@@ -30,6 +30,12 @@ class ReplayJob:
     schedule: tuple[int, ...]     # batch size of every epoch
     epoch_s: dict = field(default_factory=dict)   # batch size -> epoch duration in trace seconds on `gpus`
     isolated_s: float = 0.0       # exclusive run time (the FTF denominator, as the simulator's)
+    max_bs: int = 0               # the largest batch size it declares (JobSpec.declared_max_bs, as the simulator's
+    #                               view shows it: not where its schedule happens to stop); 0 = its schedule's
+
+    @property
+    def declared_max_bs(self) -> int:
+        return max(self.max_bs, *self.schedule)
 
     @property
     def epochs(self) -> int:
@@ -49,14 +55,14 @@ class ReplayJob:
     def comment(self, time_scale: float) -> str:
         """The managed job's hints (slurm/hints.py): what a researcher would declare, in wall seconds."""
         return (f"shockwave epochs={self.epochs} bs={self.schedule[0]} min_bs={min(self.schedule)} "
-                f"max_bs={max(self.schedule)} samples={self.samples} "
+                f"max_bs={self.declared_max_bs} samples={self.samples} "
                 f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}")
 
     def spec(self, time_scale: float) -> dict:
         """The emulated program's input (a JSON file next to the job's work directory)."""
         return {"name": self.name, "epochs": self.epochs, "schedule": list(self.schedule),
                 "epoch_s": {str(k): v for k, v in self.epoch_s.items()}, "samples": self.samples,
-                "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": max(self.schedule)}
+                "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": self.declared_max_bs}
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -80,7 +86,7 @@ def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[
         out.append(ReplayJob(index=int(s.job_id), name=f"t{int(s.job_id):03d}", user=user_names[i % len(user_names)],
                              model=s.model, mode=s.mode, gpus=s.num_gpus, arrival_s=float(s.arrival_time),
                              samples=s.samples, schedule=sched, epoch_s=durations,
-                             isolated_s=float(s.isolated_runtime)))
+                             isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs))
     return out
 
 

@@ -31,7 +31,7 @@ class SimJob:
         self.bs_history: list[int] = []
         self.finish_time: float | None = None
         self.throughput = throughputs.get(spec.model, self.bs, spec.num_gpus)
-        self.max_bs = spec.max_bs or spec.initial_bs
+        self.max_bs = spec.declared_max_bs
 
     # ------------------------------------------------------------------ progress
     @property

@@ -33,6 +33,12 @@ class JobSpec:
     gpu_type: str | None = None   # the GPU type the job asked for (None: any type it can run on)
 
     @property
+    def declared_max_bs(self) -> int:
+        """The largest batch size the job declares to the scheduler (its wrapper's ``max_batch_size``): a static job
+        declares none above its own."""
+        return self.initial_bs if self.mode == "static" else (self.max_bs or self.initial_bs)
+
+    @property
     def samples(self) -> int:
         return self.samples_per_epoch or DATASET_SIZE.get(self.model, 0)
 

@@ -37,7 +37,9 @@ log = logging.getLogger("solver.market")
 class ShockwaveBase(Policy):
     """Subclasses give `_fill_order` (who takes GPUs freed since the plan was made, with per-job details for
     explain) and `_plan_window` (sets plan, plan_rules, plan_meta; may raise: the cached plan, else the fallback,
-    is used)."""
+    is used).  ``restate``: the predictor's restatement rule (solver/predictor.py), the reference's by default."""
+
+    restate = "reference"
 
     def __init__(self, config=None) -> None:
         super().__init__(config)
@@ -157,7 +159,7 @@ class ShockwaveBase(Policy):
             summ = self.summaries.get(key)
             if summ is None:
                 summ = self.summaries[key] = RegimeSummary()
-            pred = predict_remaining(j, summary=summ)
+            pred = predict_remaining(j, summary=summ, restate=self.restate)
             E = float(max(j.total_epochs, 1))
             frac = 0.0
             if j.total_steps > 0 and j.total_epochs > 0:
