@@ -33,7 +33,7 @@ HEADLINE = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
 #: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since the controller pins nodes
-SINCE = {"slurm": "2026-11-26 16:00", "shockwave": "2026-11-26 19:00"}
+SINCE = {"slurm": "2026-11-26 16:00", "shockwave": "2026-11-27 00:00"}
 #: simulations in a result's spread (compare.spread)
 SPREAD_RUNS = 16
 
@@ -102,7 +102,8 @@ def aggregate(results: list[dict]) -> str:
             "job ends last, and the makespan by several percent, in the simulator as on the cluster. So the targets "
             "are read here on the mean of the runs against the simulated mean (runs since "
             f"{SINCE['slurm']} for plain Slurm, the first with real fair-share; since {SINCE['shockwave']} for "
-            "Shockwave, the first with node pins).\n\n" + "\n".join(lines) + "\n")
+            "Shockwave, the first whose predictor counts the current epoch and whose jobs declare the trace's "
+            "batch-size range, as the simulator's do).\n\n" + "\n".join(lines) + "\n")
 
 
 def versus(sw: dict, plain: dict) -> list[str]:
@@ -176,7 +177,8 @@ time limits in whole wall minutes, rounds of its scheduler pass (1 wall second) 
 fair-share and job-size factors as sprio and sshare show them on this cluster (below: "The model of plain Slurm").
 Each result also holds the simulated spread: 16 simulations with every arrival moved by up to 1 wall second.
 Every run's simulated columns below were recomputed on 2026-11-26 23:00 with that model from the inputs each result
-keeps (`--resim`); what a run printed itself is kept in its JSON as `simulated_at_run`.
+keeps (`--resim`); what a run printed itself is kept in its JSON as `simulated_at_run`. Runs after that carry
+the simulation made at their end.
 Since 2026-11-26 19:00 both the controller and the simulator put each gang on one node (`solver/nodes.py`;
 the controller pins each job it releases to its node), and the simulated column runs on the cluster's 8 nodes of
 4 GPUs; runs before that planned and simulated a pool of 32 GPUs while Slurm placed the gangs on nodes itself.

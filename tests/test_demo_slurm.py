@@ -30,11 +30,12 @@ def _daemon_pids(root: str):
 
 def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     """No Slurm: the demo's trace has more jobs than GPUs, several users, every mode, and the simulator, on the
-    demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), puts Shockwave ahead of the plain-Slurm model on
-    worst rho, the unfair fraction and average JCT whatever a restart costs.  Not on makespan: against the model
-    checked on the replay's cluster (minute time limits, scheduler passes, docs/replay.md) Shockwave ends this
-    trace 0-9% later (its last job, an Accordion one, runs alone at the end), so that is bounded, not claimed; the
-    real runs are measured in docs/demo.md."""
+    demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), puts Shockwave ahead of the plain-Slurm model
+    checked on the replay's cluster (minute time limits, scheduler passes, docs/replay.md) on all four headline
+    figures whatever a restart costs: makespan by 3-10%, average JCT by 15-27%.  (Before the predictor counted the
+    current epoch and the simulator's static jobs declared their own batch size, its makespan was 0-9% behind.)
+    This trace's margin is not the rule: on 12 other seeds of its shape Shockwave's makespan is on average 3-6%
+    behind at 120 s rounds (docs/round-length.md); the real runs are measured in docs/demo.md."""
     import tempfile
     from pathlib import Path
 
@@ -49,9 +50,8 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
         plain = simulate(specs, table, 8, 2, "slurm", start, 40.0)
         for cost in (30.0, 60.0, 120.0):                  # whatever a restart costs on the machine
             sw = simulate(specs, table, 8, 2, "shockwave-edf", cost, 40.0)
-            for key in ("worst_rho", "unfair_fraction", "avg_jct_s"):
+            for key in ("worst_rho", "unfair_fraction", "avg_jct_s", "makespan_s"):
                 assert sw[key] < plain[key], (start, cost, key, sw[key], plain[key])
-            assert sw["makespan_s"] < 1.10 * plain["makespan_s"], (start, cost, sw["makespan_s"], plain["makespan_s"])
 
 
 def test_short_demo_end_to_end(tmp_path):

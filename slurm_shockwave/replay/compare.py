@@ -34,11 +34,12 @@ SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
 def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
-             time_scale: float | None = None) -> dict:
-    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)."""
+             time_scale: float | None = None, round_s: float = 120.0) -> dict:
+    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py);
+    `round_s`: the controller's round in trace seconds (plain Slurm's model keeps its scheduler pass)."""
     model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
     site = policy == "slurm" and time_scale
-    cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else 120.0,
+    cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else round_s,
                                restart_penalty=restart_cost,
                                gpus_per_node=gpus // nodes if nodes else None)
     loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if site else None),
