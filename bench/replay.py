@@ -24,15 +24,14 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_shockwave.data_files import DEFAULT_EXPERIMENT, experiment_paths  # noqa: E402
 from slurm_shockwave.replay.api import replay, start_cost  # noqa: E402
-from slurm_shockwave.replay.compare import render_markdown  # noqa: E402
+from slurm_shockwave.replay.compare import SPREAD_KEYS as HEADLINE, deviation, render_markdown  # noqa: E402
 from slurm_shockwave.strict_json import dumps  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "replay"
 DOC = ROOT / "docs" / "replay.md"
-HEADLINE = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
-#: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since the controller pins nodes
+#: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since its predictor change
 SINCE = {"slurm": "2026-11-26 16:00", "shockwave": "2026-11-27 00:00"}
 #: simulations in a result's spread (compare.spread)
 SPREAD_RUNS = 16
@@ -57,7 +56,6 @@ def targets(res: dict) -> list[str]:
     out = _held(res["deviation"], "the simulator")
     spread = res.get("simulated_spread")
     if spread:
-        from slurm_shockwave.replay.compare import deviation
         real = res["real"]
         inside = [k for k in HEADLINE if k in spread and spread[k]["min"] <= real[k] <= spread[k]["max"]]
         out += [f"against the mean of the simulated spread: {t}" for t in _held(deviation(real, mean_of(spread)),
@@ -80,7 +78,6 @@ def spread_line(res: dict) -> str:
 
 def aggregate(results: list[dict]) -> str:
     """Per policy and time scale, the mean of today's real runs against the mean of their simulated spreads."""
-    from slurm_shockwave.replay.compare import deviation
     groups: dict = {}
     for r in results:
         kind = "slurm" if r["policy"] == "slurm" else "shockwave"

@@ -34,7 +34,7 @@ from slurm_shockwave.workload.generate import generate, trace_text  # noqa: E402
 from slurm_shockwave.workload.throughputs import ThroughputTable  # noqa: E402
 
 GPUS, NODES, SCALE = 8, 2, 40.0
-KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
+KEYS = compare.SPREAD_KEYS                            # the headline figures
 
 
 def _seeds(text: str) -> list[int]:
