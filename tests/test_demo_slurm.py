@@ -32,10 +32,11 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     """No Slurm: the demo's trace has more jobs than GPUs, several users, every mode, and the simulator, on the
     demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), puts Shockwave ahead of the plain-Slurm model
     checked on the replay's cluster (minute time limits, scheduler passes, docs/replay.md) on all four headline
-    figures whatever a restart costs: makespan by 3-10%, average JCT by 15-27%.  (Before the predictor counted the
-    current epoch and the simulator's static jobs declared their own batch size, its makespan was 0-9% behind.)
-    This trace's margin is not the rule: on 12 other seeds of its shape Shockwave's makespan is on average 3-6%
-    behind at 120 s rounds (docs/round-length.md); the real runs are measured in docs/demo.md."""
+    figures whatever a restart costs, its rounds ending early as the replay's controller's do: makespan by 0-10%,
+    average JCT by 13-24%.  (Before the predictor counted the current epoch and the simulator's static jobs
+    declared their own batch size, its makespan was 0-9% behind.)  This trace's margin is not the rule: on 12 other
+    seeds of its shape Shockwave's makespan is on average 3% ahead to 2% behind (docs/round-length.md); the real
+    runs are measured in docs/demo.md."""
     import tempfile
     from pathlib import Path
 

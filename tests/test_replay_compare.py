@@ -73,3 +73,29 @@ def test_the_simulators_view_declares_what_the_emulated_job_declares(tmp_path):
         modes.add(s.mode)
     assert modes == {"static", "gns", "accordion"}
 
+
+
+def test_the_replays_controller_and_its_model_start_early_rounds_alike(inputs, tmp_path):
+    """The replay's controller polls for freed GPUs as production does at 120 s rounds (5 s), scaled, but no more
+    often than every 0.5 wall s; its simulated column ends rounds early at the same times in trace seconds."""
+    import shutil
+    import types
+
+    from slurm_shockwave.controller.config import ControllerConfig, load_config
+    from slurm_shockwave.replay.run import Replay
+    from slurm_shockwave.replay.site import controller_timing, model_early_rounds
+    assert ControllerConfig(round_seconds=120.0).early_round_timing == (5.0, 5.0)
+    assert controller_timing(4.0) == (1.25, 1.25) and controller_timing(30.0) == (0.5, 0.5)
+    assert model_early_rounds(30.0) == (15.0, 15.0) and model_early_rounds(None) == (5.0, 5.0)
+    run = Replay([], gpus=8, nodes=2, time_scale=30.0)
+    try:
+        run.cluster = types.SimpleNamespace(partition="gpu", bin_dir=None, env={"SLURM_CONF": "/nonexistent"})
+        (tmp_path / "c.toml").write_text(run.config_text())
+        cfg = load_config(tmp_path / "c.toml")
+    finally:
+        shutil.rmtree(run.root)
+    assert cfg.round_seconds == 4.0 and cfg.early_round_timing == controller_timing(30.0)
+    specs, table = inputs
+    early = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0)
+    plain = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0, early=False)
+    assert early["rounds"] > plain["rounds"] and early["makespan_s"] != plain["makespan_s"]

@@ -111,3 +111,59 @@ def test_a_failing_policy_falls_back_and_the_loop_goes_on():
     loop = RoundLoop(c, Broken(), keep_records=True)
     loop.run()
     assert c.finished and loop.records[0].fallback and loop.fallbacks == loop.rounds
+
+
+def early(jobs, gpus, poll=5.0, gap=5.0):
+    c = SimulatedCluster(jobs, THR, gpus, early_rounds=(poll, gap))
+    loop = RoundLoop(c, RunAll(), keep_records=True)
+    loop.run()
+    return c, loop, {r.job_id: r for r in c.finished}
+
+
+LONG = 10_000          # isolated run time, s: keeps the deadline guard out of these cases
+
+
+def test_a_job_that_ends_while_another_waits_starts_an_early_round():
+    jobs = [job(i, steps, isolated_runtime=LONG) for i, steps in enumerate((300, 3000, 1500))]
+    c, loop, done = early(jobs, 2)
+    assert [r.view.now for r in loop.records][:3] == pytest.approx([0.0, 30.0, 150.0])
+    # job 1 goes on where it ran (no restart): 300 steps by 30 s, then 1200 per round
+    assert done[1].restarts == 0 and done[1].finish_time == pytest.approx(300.0)
+    # job 2 starts at 30, pays the 20 s restart penalty first: 1000 steps by 150, 500 more by 200
+    assert done[2].finish_time == pytest.approx(200.0)
+    # the reference's rounds: job 2 waits for the end of the first 120 s round
+    _, ref = simulate(jobs, 2, RunAll())
+    assert ref[2].finish_time == pytest.approx(290.0)
+
+
+def test_the_early_round_waits_for_the_next_poll_and_the_min_gap():
+    jobs = [job(i, steps, isolated_runtime=LONG) for i, steps in enumerate((300, 3000, 1500))]
+    for poll, gap, at in ((7.0, 5.0, 35.0), (5.0, 40.0, 40.0), (5.0, 0.0, 30.0)):
+        c, loop, done = early(jobs, 2, poll, gap)
+        assert loop.records[1].view.now == pytest.approx(at)
+        assert done[2].finish_time == pytest.approx(at + 20 + 150)   # 1500 steps at 10 it/s after the penalty
+
+
+def test_no_early_round_when_nothing_waits():
+    jobs = [job(0, 300, isolated_runtime=LONG), job(1, 3000, isolated_runtime=LONG)]
+    c, loop, done = early(jobs, 2)
+    assert loop.records[1].view.now == pytest.approx(120.0)
+    assert done[0].finish_time == pytest.approx(30.0) and done[1].finish_time == pytest.approx(300.0)
+
+
+def test_a_restart_penalty_a_cut_round_left_unpaid_is_paid_in_the_next():
+    jobs = [job(0, 300, isolated_runtime=LONG), job(1, 400, isolated_runtime=LONG),
+            job(2, 3000, isolated_runtime=LONG), job(3, 3000, isolated_runtime=LONG)]
+    c, loop, done = early(jobs, 2, 5.0, 0.0)
+    # 0: jobs 0, 1 | 30: job 0 ended, 1 goes on, 2 starts (20 s penalty) | 40: job 1 ended after 10 s of it
+    assert [r.view.now for r in loop.records][:4] == pytest.approx([0.0, 30.0, 40.0, 160.0])
+    # at 40 job 2 owes 10 s: 1100 steps by 160; job 3 starts with 20 s: 1000 steps by 160
+    assert done[2].finish_time == pytest.approx(160 + 120 + 70)       # 1200 more, then the last 700
+    assert done[3].finish_time == pytest.approx(160 + 120 + 80)       # 1200 more, then the last 800
+    assert done[2].restarts == 0 and done[3].restarts == 0
+    assert c.busy_gpu_seconds == pytest.approx(30 + 40 + 300 + 300)   # restart waits are not busy time
+
+
+def test_early_rounds_must_be_positive():
+    with pytest.raises(ValueError, match="early_rounds"):
+        SimulatedCluster([job(0, 300)], THR, 1, early_rounds=(0.0, 5.0))

@@ -198,7 +198,7 @@ class ControllerConfig(_Strict):
     dry_run: bool = Field(False, description="shadow mode: decide and log, enact nothing")
     poll_seconds: float | None = Field(None, gt=0, le=3600, examples=[5.0],
                                        description="while waiting for the next round, look at the queue this often; "
-                                                   "freed GPUs start an early round (default: min(5, round/4))")
+                                                   "freed GPUs start an early round (default: min(5, max(round/4, 0.5)))")
     min_round_seconds: float | None = Field(None, gt=0, le=86400, examples=[5.0],
                                             description="but never sooner than this after the last round "
                                                         "(default: min(round, 5))")
@@ -247,6 +247,13 @@ class ControllerConfig(_Strict):
     def source(self) -> str:
         """The file this configuration was read from."""
         return self._source
+
+    @property
+    def early_round_timing(self) -> tuple[float, float]:
+        """(poll, min gap) seconds of the event-driven round (slurm/backend.py `advance`; the simulator's
+        `early_rounds`): `poll_seconds` and `min_round_seconds` or their defaults."""
+        return (float(self.poll_seconds or min(5.0, max(self.round_seconds / 4, 0.5))),
+                float(self.min_round_seconds or min(self.round_seconds, 5.0)))
 
     @property
     def state_path(self) -> Path:

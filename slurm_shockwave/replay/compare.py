@@ -2,8 +2,9 @@
 
 The simulated column runs the same JobSpecs (same users) through the simulator with the restart cost measured in
 the real run (collect.py) as its `restart_penalty` and as its preemption gate's cost (the controller gates
-preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds, on the real
-cluster's nodes (each gang on one node, solver/nodes.py).
+preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds that end early
+as the controller's do (a job ends while another waits: the replay controller's poll and min gap, site.py
+`model_early_rounds`), on the real cluster's nodes (each gang on one node, solver/nodes.py).
 
 For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy with the real
 cluster's settings in trace seconds (site.py): its PriorityCalcPeriod, and rounds of its scheduler pass (1 s of wall
@@ -22,7 +23,7 @@ from ..controller.loop import RoundLoop
 from ..metrics import compute
 from ..sim.cluster import SimulatedCluster
 from .collect import figures, user_share
-from .site import model_round_s, model_settings
+from .site import model_early_rounds, model_round_s, model_settings
 
 SLURM_MODEL = "slurm-multifactor"
 KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), ("worst_rho", "worst rho", 3),
@@ -34,14 +35,16 @@ SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
 def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
-             time_scale: float | None = None, round_s: float = 120.0) -> dict:
-    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py);
-    `round_s`: the controller's round in trace seconds (plain Slurm's model keeps its scheduler pass)."""
+             time_scale: float | None = None, round_s: float = 120.0, early: bool = True) -> dict:
+    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)
+    and of its controller's early rounds (None: production's); `round_s`: the controller's round in trace seconds
+    (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones)."""
     model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
     site = policy == "slurm" and time_scale
     cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else round_s,
-                               restart_penalty=restart_cost,
-                               gpus_per_node=gpus // nodes if nodes else None)
+                               restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
+                               early_rounds=model_early_rounds(time_scale, round_s)
+                               if early and policy != "slurm" else None)
     loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if site else None),
                      keep_records=True, mode="authoritative",
                      preemption_cost_s=restart_cost if policy != "slurm" else None)

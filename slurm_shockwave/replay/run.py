@@ -27,7 +27,7 @@ from ..localcluster import LocalCluster, SlurmUnavailable
 from ..localcluster.daemons import stop_child
 from ..slurm import FINISHED_STATES
 from .collect import gather
-from .site import account_of, site_priority
+from .site import account_of, controller_timing, site_priority
 from . import plan as P
 from .errors import ReplayError
 
@@ -141,8 +141,10 @@ class Replay:
 
     def config_text(self) -> str:
         c = self.cluster
+        poll, gap = controller_timing(self.scale)
         return (f'[controller]\nround_seconds = {self.round_seconds}\nmode = "authoritative"\n'
                 f'grace_seconds = {self.grace}\npreemption_cost_s = {PREEMPTION_COST_WALL_S}\n'
+                f'poll_seconds = {poll:g}\nmin_round_seconds = {gap:g}\n'
                 f'partition = "{c.partition}"\nstate_dir = "{self.root}/state"\nevent_store = "{self.store}"\n'
                 f'[policy]\nname = "{self.policy}"\n'
                 + (f'[slurm]\nbin_dir = "{c.bin_dir}"\n' if c.bin_dir else "")

@@ -11,6 +11,7 @@ the model.
 """
 from __future__ import annotations
 
+from ..controller.config import ControllerConfig
 from ..localcluster.config import PRIORITY_CALC_PERIOD_MIN
 
 #: the cluster's scheduler passes, wall seconds: a site's (sched_interval 60 s, bf_interval 30 s) at the time scale,
@@ -43,6 +44,27 @@ def model_round_s(scale: float) -> float:
     """The model's round, trace seconds: the cluster's scheduler pass (a plain-Slurm cluster starts jobs as its
     passes and job ends allow, not every 120 s; the controller's rounds stay 120 s)."""
     return SCHED_PASS_S * scale
+
+
+#: the shortest poll and gap between rounds the replay's controller is given, wall seconds (a squeue per poll)
+MIN_POLL_WALL_S = 0.5
+
+
+def controller_timing(scale: float) -> tuple[float, float]:
+    """The replay controller's `poll_seconds` and `min_round_seconds`, wall seconds: production's at 120 s rounds
+    (ControllerConfig.early_round_timing) at the time scale, at least MIN_POLL_WALL_S (production's 5 s would be
+    a poll every 0.17 s at time scale 30)."""
+    prod = ControllerConfig(round_seconds=120.0).early_round_timing
+    return (max(prod[0] / scale, MIN_POLL_WALL_S), max(prod[1] / scale, MIN_POLL_WALL_S))
+
+
+def model_early_rounds(scale: float | None, round_s: float = 120.0) -> tuple[float, float]:
+    """The simulator's `early_rounds` (poll, min gap), trace seconds: the replay controller's at time scale `scale`;
+    production's at rounds of `round_s` when `scale` is None."""
+    if scale is None:
+        return ControllerConfig(round_seconds=round_s).early_round_timing
+    poll, gap = controller_timing(scale)
+    return (poll * scale, gap * scale)
 
 
 def account_of(user: str) -> str:

@@ -30,10 +30,19 @@ Nodes (`gpus_per_node`, as a real cluster's: each type's GPUs on nodes of that m
 (`ClusterView.nodes`, `JobView.nodes` = where a job ran the round before), a decision must give each running job
 nodes of its type with room (solver/nodes.py), and a job that runs on other nodes than the round before restarts
 (the restart penalty).  Without it each type is one pool, as in the reference.
+
+Early rounds (`early_rounds` = (poll, min gap) seconds, the controller's `early_round_timing`; None: the reference's
+rounds): as the controller does (slurm/backend.py `advance`), a round ends early when a job it runs ends (its last
+step) while a job it does not run waits: at the first poll after the later of that end and `min gap` after the
+round started.  The jobs still running keep the steps done by then and go on, without a restart when the next
+round keeps them where they are.  A partial round cannot take the reference's restart penalty off afterwards, so
+the charge is explicit: a job (re)started in a round (not the first) runs its first step `restart_penalty`
+seconds after the round starts, and what a cut round leaves of that wait is paid in the next one.
 """
 from __future__ import annotations
 
-from typing import Mapping
+import math
+from typing import Mapping, NamedTuple
 
 from solver.types import GPU, ClusterView, JobView, RoundDecision
 
@@ -43,11 +52,29 @@ from ..workload.jobs import JobSpec
 from .job import SimJob
 
 
+class Dispatch(NamedTuple):
+    """One job's run in a round: `steps` at `thr` iterations/s after `wait` seconds of restart (early rounds)."""
+    job: SimJob
+    steps: int
+    finish: float
+    gpus: int
+    gpu_type: str
+    thr: float
+    wait: float = 0.0
+
+
 class SimulatedCluster(ClusterBackend):
     def __init__(self, jobs: list[JobSpec], throughputs, num_gpus: int | Mapping[str, int], round_length: float = 120.0,
-                 restart_penalty: float = 20.0, deadline_factor: float = 1.5, gpus_per_node: int | None = None):
+                 restart_penalty: float = 20.0, deadline_factor: float = 1.5, gpus_per_node: int | None = None,
+                 early_rounds: tuple[float, float] | None = None):
         """`num_gpus`: a number (one untyped pool, `throughputs` its table) or {type: count} (`throughputs`:
-        {type: table}); `gpus_per_node`: the GPUs of each node (None: no nodes)."""
+        {type: table}); `gpus_per_node`: the GPUs of each node (None: no nodes); `early_rounds`: (poll, min gap)
+        seconds of the event-driven round (None: the reference's rounds)."""
+        if early_rounds is not None and not (early_rounds[0] > 0 and early_rounds[1] >= 0):
+            raise ValueError(f"early_rounds (poll, min gap) must be positive, got {early_rounds}")
+        self.early_rounds = early_rounds
+        self._owed: dict = {}                          # job -> restart seconds a cut round left unpaid
+        self._waiting = False                          # a job the round does not run waits (early rounds)
         self.capacity = capacity_of(num_gpus)
         num_gpus = sum(self.capacity.values())
         if num_gpus <= 0 or min(self.capacity.values()) <= 0:
@@ -81,7 +108,7 @@ class SimulatedCluster(ClusterBackend):
         self.round_index = 0
         self.busy_gpu_seconds = 0.0
         self.utilization_timeline: list[tuple[float, float, int]] = []   # (start, end, busy GPUs)
-        self._dispatched: list[tuple[SimJob, int, float, int, str]] = []     # (job, steps, finish, GPUs, type)
+        self._dispatched: list[Dispatch] = []
         self._prev_gpus: dict = {}                    # job -> (type, GPUs, nodes) it ran on in the previous round
         self._dispatch_rounds = 0
         self._round_start = self.now
@@ -111,23 +138,32 @@ class SimulatedCluster(ClusterBackend):
         self._round_nodes = {j: tuple(n) for j, n in decision.nodes.items()} if self.nodes else {}
         self._round_start = self.now
         self._dispatched = []
+        self._waiting = any(j not in decision.run for j in self.active)
         for job_id in decision.run:
             job = self.active[job_id]
             (gpu_type, gpus), = decision.placement[job_id].items()      # one type per gang (check_placement)
             thr = job.throughput_on(gpus, gpu_type)
-            steps = job.steps_for_round(self.round_length, thr)
-            self._dispatched.append((job, steps, self.now + steps / thr, gpus, gpu_type))
+            wait = self._restart_wait(job_id, (gpu_type, gpus, self._round_nodes.get(job_id, ())))
+            steps = job.steps_for_round(max(0.0, self.round_length - wait), thr)
+            self._dispatched.append(Dispatch(job, steps, self.now + wait + steps / thr, gpus, gpu_type, thr, wait))
 
     def advance(self) -> None:
-        ran = {job.spec.job_id: (gpu_type, gpus, self._round_nodes.get(job.spec.job_id, ()))
-               for job, _, _, gpus, gpu_type in self._dispatched}
+        ran = {d.job.spec.job_id: (d.gpu_type, d.gpus, self._round_nodes.get(d.job.spec.job_id, ()))
+               for d in self._dispatched}
         self._last_round_run_time = {}
         if self._dispatched:
-            end = max(finish for _, _, finish, _, _ in self._dispatched)
+            end = self._early_end(max(d.finish for d in self._dispatched))
             busy = sum(gpus for _t, gpus, _n in ran.values())
             self.utilization_timeline.append((self._round_start, end, busy))
-            for job, steps, finish, gpus, gpu_type in self._dispatched:
-                self._complete_round(job, steps, finish, gpus, gpu_type)
+            for d in self._dispatched:
+                steps, finish, ran_for = d.steps, d.finish, d.finish - self._round_start
+                if d.finish > end:                   # cut by an early round: the steps done by then
+                    ran_for = end - self._round_start
+                    steps, finish = min(d.steps, int(d.thr * max(0.0, ran_for - d.wait))), end
+                if self.early_rounds is not None:
+                    self._owed[d.job.spec.job_id] = max(0.0, d.wait - ran_for)
+                self._complete_round(d.job, steps, finish, d.gpus, d.gpu_type,
+                                     None if self.early_rounds is None else min(d.wait, ran_for))
             self._dispatch_rounds += 1
             self.now = end
         elif self.active:
@@ -143,15 +179,37 @@ class SimulatedCluster(ClusterBackend):
         self.round_index += 1
 
     # ------------------------------------------------------------------ internals
-    def _complete_round(self, job: SimJob, steps: int, finish: float, gpus: int, gpu_type: str) -> None:
-        execution = finish - self._round_start
+    def _restart_wait(self, job_id, where: tuple) -> float:
+        """Early rounds: the seconds before a job's first step this round (the restart penalty when it was not
+        running there the round before, except in the first round, as the reference; else what it still owes)."""
+        if self.early_rounds is None or self._dispatch_rounds == 0:
+            return 0.0
+        return self.restart_penalty if self._prev_gpus.get(job_id) != where else self._owed.get(job_id, 0.0)
+
+    def _early_end(self, end: float) -> float:
+        """When the round ends: `end` (its last finish), or earlier when a job ends (its last step) while another
+        waits: the first poll after the later of that end and the min gap (early rounds only)."""
+        if self.early_rounds is None or not self._waiting:
+            return end
+        ends = [d.finish for d in self._dispatched if d.steps >= d.job.remaining_steps]
+        if not ends:
+            return end
+        poll, gap = self.early_rounds
+        t = max(min(ends), self._round_start + gap) - self._round_start
+        return min(end, self._round_start + math.ceil(t / poll - 1e-9) * poll)
+
+    def _complete_round(self, job: SimJob, steps: int, finish: float, gpus: int, gpu_type: str,
+                        paid: float | None = None) -> None:
+        """`paid`: the restart seconds this round paid (early rounds); None: the reference's penalty rule."""
+        execution = finish - self._round_start - (paid or 0.0)
         self.usage_log.append((job.spec.job_id, self._round_start, finish, gpus))
         home = gpus == job.spec.num_gpus and gpu_type == job.ref_type
         pace = 1.0 if home else job.throughput_on(gpus, gpu_type) / job.throughput
         where = (gpu_type, gpus, self._round_nodes.get(job.spec.job_id, ()))
         if self._prev_gpus.get(job.spec.job_id) != where:   # not run the round before, or elsewhere
             job.restarts += 1 if job.rounds_run else 0
-            if self._dispatch_rounds > 0 and execution > max(self.round_length - 5, self.restart_penalty):
+            full = execution > max(self.round_length - 5, self.restart_penalty)
+            if paid is None and self._dispatch_rounds > 0 and full:
                 factor = (execution - self.restart_penalty) / execution
                 steps = int(steps * factor)
                 execution -= self.restart_penalty

@@ -310,8 +310,7 @@ class SlurmBackend(ServiceBackend):
         waits; never sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
         self.round_index += 1
         deadline = self._round_started + self.round_length
-        poll = float(self.cfg.poll_seconds or min(5.0, max(self.round_length / 4, 0.5)))
-        min_gap = float(self.cfg.min_round_seconds or min(self.round_length, 5.0))
+        poll, min_gap = self.cfg.early_round_timing
         ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
         foreign = {r["job_id"] for r in self._unmanaged["running"]}
         waiting = any(ob.state == "PENDING" for ob in self._observed.values())
