@@ -11,6 +11,11 @@ rounds; sim/cluster.py).  Printed and written to docs/round-length.md: the mean 
 figure over plain Slurm's (makespan, average JCT, worst rho), the unfair fraction's difference in points,
 restarts, and on how many seeds Shockwave is ahead on all four.
 
+Then (`--study`, on by default) the hour-long jobs: `shockwave-edf` on the study's traces and its held-out ones
+(bench/study_traces.py ALL + HELDOUT, the study's settings: 120 s rounds, 20 s restart penalty, no nodes) with
+the reference's rounds and with the controller's early rounds; per trace early over reference for makespan/LB,
+average JCT, worst dynamic FTF and rounds, the unfair fraction (dynamic FTF) in points.
+
 With the reference's rounds a restart is charged only in a round longer than max(round - 5 s, cost) (its rule),
 so a cost is only reported there at round lengths where it is charged; early rounds charge every restart.
 """
@@ -32,6 +37,8 @@ from slurm_shockwave.data_files import experiment_paths  # noqa: E402
 from slurm_shockwave.demo.emulated import DEMO_TRACE, USERS  # noqa: E402
 from slurm_shockwave.replay import compare  # noqa: E402
 from slurm_shockwave.replay.api import load  # noqa: E402
+from slurm_shockwave.controller.config import ControllerConfig  # noqa: E402
+from slurm_shockwave.simulate import run_simulation  # noqa: E402
 from slurm_shockwave.workload.generate import generate, trace_text  # noqa: E402
 from slurm_shockwave.workload.throughputs import ThroughputTable  # noqa: E402
 
@@ -66,6 +73,35 @@ def measure(seeds: list[int], rounds: list[float], costs: list[float]) -> dict:
     return rows
 
 
+def study(tmpdir: Path) -> list[tuple]:
+    """(trace, reference's summary, early rounds' summary) of `shockwave-edf` on every study and held-out trace."""
+    from study_traces import ALL, HELDOUT, trace_file          # bench/ (the script's directory)
+    early = ControllerConfig(round_seconds=120.0).early_round_timing
+    out = []
+    for spec in ALL + HELDOUT:
+        trace, thr = trace_file(spec, tmpdir)
+        pair = [run_simulation(trace, thr, spec.cluster, "shockwave-edf", early_rounds=e) for e in (None, early)]
+        out.append((spec.name, *({**r.metrics.summary(), "rounds": r.rounds} for r in pair)))
+        print(f"{spec.name} done", flush=True)
+    return out
+
+
+STUDY_KEYS = (("makespan_over_lb", "makespan/LB"), ("avg_jct", "avg JCT"), ("ftf_dynamic_worst", "worst dyn FTF"),
+              ("rounds", "rounds"))
+
+
+def study_text(rows: list[tuple]) -> str:
+    head = " | ".join(label for _k, label in STUDY_KEYS)
+    out = [f"| trace | {head} (early / reference) | dyn unfair, points |", "|---|" + "---:|" * (len(STUDY_KEYS) + 1)]
+    for name, ref, early in rows:
+        cells = " | ".join(f"{early[k] / ref[k]:.3f}" for k, _l in STUDY_KEYS)
+        out.append(f"| {name} | {cells} | {early['ftf_dynamic_unfair'] - ref['ftf_dynamic_unfair']:+.1f} |")
+    means = " | ".join(f"{statistics.mean(e[k] / r[k] for _n, r, e in rows):.3f}" for k, _l in STUDY_KEYS)
+    unfair = statistics.mean(e["ftf_dynamic_unfair"] - r["ftf_dynamic_unfair"] for _n, r, e in rows)
+    out.append(f"| **mean of {len(rows)}** | {means} | {unfair:+.1f} |")
+    return "\n".join(out)
+
+
 def table_text(rows: dict) -> str:
     out = ["| round s | early rounds | restart cost s | makespan / plain | avg JCT / plain | worst rho / plain | "
            "unfair, points | restarts | ahead on all four |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -74,8 +110,9 @@ def table_text(rows: dict) -> str:
         unfair = statistics.mean(sw["unfair_fraction"] - p["unfair_fraction"] for p, sw in pairs)
         restarts = statistics.mean(sw["restarts"] for _p, sw in pairs)
         ahead = sum(all(sw[k] < p[k] for k in KEYS) for p, sw in pairs)
-        out.append(f"| {r:g} | {'yes' if early else 'no'} | {cost:g} | {ratio['makespan_s']:.3f} | {ratio['avg_jct_s']:.3f} | "
-                   f"{ratio['worst_rho']:.3f} | {unfair:+.1f} | {restarts:.1f} | {ahead} of {len(pairs)} |")
+        out.append(f"| {r:g} | {'yes' if early else 'no'} | {cost:g} | {ratio['makespan_s']:.3f} | "
+                   f"{ratio['avg_jct_s']:.3f} | {ratio['worst_rho']:.3f} | {unfair:+.1f} | {restarts:.1f} | "
+                   f"{ahead} of {len(pairs)} |")
     return "\n".join(out)
 
 
@@ -84,6 +121,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", default="101-112")
     ap.add_argument("--rounds", default="120,60")
     ap.add_argument("--costs", default="30,60")
+    ap.add_argument("--no-study", action="store_true", help="skip the study's traces (minutes)")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--notes", default=None, help="a file whose text follows the table (the reading)")
     args = ap.parse_args(argv)
@@ -92,16 +130,25 @@ def main(argv=None) -> None:
     rows = measure(_seeds(args.seeds), [float(x) for x in args.rounds.split(",")],
                    [float(x) for x in args.costs.split(",")])
     text = table_text(rows)
+    if not args.no_study:
+        with tempfile.TemporaryDirectory() as d:
+            text += ("\n\n## The study's traces: early rounds against the reference's\n\n`shockwave-edf`, simulated "
+                     "with the study's settings (120 s rounds, 20 s restart cost), on the study's and the held-out "
+                     "traces (bench/study_traces.py); each figure early rounds over reference rounds.\n\n"
+                     + study_text(study(Path(d))))
     print(text)
     if args.no_doc:
         return
+    flags = f"--seeds {args.seeds} --rounds {args.rounds} --costs {args.costs}"
+    flags += " --no-study" if args.no_study else ""
     head = (f"# Short jobs and the 120 s round\n\nMade by `nice -n 10 .venv/bin/python bench/round_length.py "
-            f"--seeds {args.seeds} --rounds {args.rounds} --costs {args.costs}` ({time.strftime('%Y-%m-%d %H:%M')} "
+            f"{flags}` ({time.strftime('%Y-%m-%d %H:%M')} "
             f"UTC, {time.time() - t0:.0f} s, load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after, "
             f"2 cores).  Simulated only.  Each seed is a new trace of the demo's shape (its generator settings with "
             f"only the seed changed: 24 jobs of 0.1-0.6 h, 8 GPUs on 2 nodes, 3 users); on each, the checked "
             f"plain-Slurm model at the demo's time scale 40 and `shockwave-edf` at each round length and restart "
-            f"cost, without and with the controller's early rounds (production's poll and gap, 5 s).  More in the script's docstring.\n\n")
+            f"cost, without and with the controller's early rounds (production's poll and gap, 5 s).  More in the "
+            f"script's docstring.\n\n")
     notes = Path(args.notes).read_text() if args.notes else ""
     (ROOT / "docs" / "round-length.md").write_text(head + text + "\n" + ("\n" + notes if notes else ""))
 

@@ -74,10 +74,12 @@ def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> floa
 
 def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
-                   restart_penalty: float = 20.0, gpus_per_node: int | None = None) -> SimResult:
+                   restart_penalty: float = 20.0, gpus_per_node: int | None = None,
+                   early_rounds: tuple[float, float] | None = None) -> SimResult:
     """`num_gpus`: a number (one untyped pool) or {GPU type: count} (workload/gpu_types.py: `throughputs` is then
     the file, or {type: table} with the v100 column); `gpus_per_node`: each gang on one node of that many GPUs
-    (None: each type one pool, as the reference)."""
+    (None: each type one pool, as the reference); `early_rounds`: (poll, min gap) seconds of the controller's
+    event-driven rounds (sim/cluster.py; None: the reference's rounds)."""
     capacity = gpu_types.capacity_of(num_gpus)
     num_gpus = sum(capacity.values())
     if num_gpus <= 0 or min(capacity.values()) <= 0:
@@ -89,7 +91,8 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     load_policy_plugins()
     pol = make_policy(policy or default_policy().name, policy_config)
     cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
-                               round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node)
+                               round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node,
+                               early_rounds=early_rounds)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
     started = time.perf_counter()
     loop.run()

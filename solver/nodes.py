@@ -8,7 +8,9 @@ largest gang first, to the node with the fewest free GPUs that fits them (best f
 gangs).  When no node has room for a gang, smaller one-node jobs on the node that needs the fewest GPUs moved are
 moved to other nodes (by best fit) to make room: a move is a restart, as a preemption, and happens only when
 `moves` allows it (a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  A
-job that still fits no node is left out of the round with a reason; the rest of the round runs.
+job whose user asked for its nodes (`JobView.allowed_nodes`, Slurm's --nodelist) is placed after the running jobs,
+on exactly those nodes (no moves to make room), and never moved.  A job that still fits no node is left out of the
+round with a reason; the rest of the round runs.
 
 * `assign_nodes(view, decision, moves=True)`: the decision with `nodes` (job -> node names), the jobs that fit no
   node dropped from `run`, `placement` and their plan's rule; the decision itself when the view has no nodes.
@@ -20,6 +22,7 @@ from dataclasses import replace
 from .types import ClusterView, JobPlan, RoundDecision
 
 NO_NODE = "no node has room for its {n}-GPU gang this round"
+USER_NODES = "the nodes its user asked for ({nodes}) have no room for its {n}-GPU gang this round"
 
 
 def _fit(free: dict, sizes: dict, types: dict, gpu_type: str, gpus: int, prefer: tuple = ()) -> tuple | None:
@@ -45,36 +48,41 @@ def _take(free: dict, nodes: tuple, gpus: int) -> None:
         free[n] -= gpus // len(nodes)
 
 
-def _pack(view: ClusterView, order: list, gangs: dict, kinds: dict, current: dict, moves: bool) -> dict:
+def _pack(view: ClusterView, order: list, gangs: dict, kinds: dict, current: dict, moves: bool,
+          required: dict) -> dict:
     free = {n: int(g) for n, (_t, g) in view.nodes.items()}
     sizes = dict(free)
     types = {n: t for n, (t, _g) in view.nodes.items()}
     out: dict = {}
-    for jid in order:                        # running jobs stay where they run
-        if current.get(jid):
-            got = _fit(free, sizes, types, kinds[jid], gangs[jid], current[jid])
-            if got == current[jid]:
-                out[jid] = got
-                _take(free, got, gangs[jid])
-    for jid in sorted((j for j in order if j not in out), key=lambda j: -gangs[j]):   # then best fit, largest first
+    for want in (current, required):         # running jobs stay where they run; then the nodes a user asked for
+        for jid in order:
+            if jid not in out and want.get(jid) and required.get(jid, want[jid]) == want[jid]:
+                got = _fit(free, sizes, types, kinds[jid], gangs[jid], want[jid])
+                if got == want[jid]:
+                    out[jid] = got
+                    _take(free, got, gangs[jid])
+    rest = [j for j in order if j not in out and j not in required]
+    for jid in sorted(rest, key=lambda j: -gangs[j]):   # then best fit, largest first
         got = _fit(free, sizes, types, kinds[jid], gangs[jid])
         if got is None and moves and gangs[jid] <= max(sizes.values()):
-            got = _evict(free, sizes, types, out, gangs, kinds, jid)
+            got = _evict(free, sizes, types, out, gangs, kinds, jid, set(required))
         if got is not None:
             out[jid] = got
             _take(free, got, gangs[jid])
     return out
 
 
-def _evict(free: dict, sizes: dict, types: dict, out: dict, gangs: dict, kinds: dict, jid) -> tuple | None:
-    """Room for `jid`'s gang on one node by moving the fewest GPUs of smaller one-node jobs placed there to other
-    nodes (each by best fit, no further moves); the node (with `free` and `out` updated for the moved jobs), or
-    None (nothing changed)."""
+def _evict(free: dict, sizes: dict, types: dict, out: dict, gangs: dict, kinds: dict, jid,
+           fixed: set) -> tuple | None:
+    """Room for `jid`'s gang on one node by moving the fewest GPUs of smaller one-node jobs placed there (not the
+    `fixed` ones) to other nodes (each by best fit, no further moves); the node (with `free` and `out` updated for
+    the moved jobs), or None (nothing changed)."""
     gang, kind, tries = gangs[jid], kinds[jid], []
     for n in free:
         if types[n] != kind or sizes[n] < gang:
             continue
-        there = sorted((j for j, on in out.items() if on == (n,) and gangs[j] < gang), key=lambda j: (gangs[j], str(j)))
+        there = sorted((j for j, on in out.items() if on == (n,) and gangs[j] < gang and j not in fixed),
+                       key=lambda j: (gangs[j], str(j)))
         pick, room = [], free[n]
         for j in there:
             if room >= gang:
@@ -114,7 +122,8 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
     kinds = {jid: next(iter(decision.placement[jid])) for jid in order}
     current = {jid: tuple(jobs[jid].nodes) for jid in order if jobs[jid].nodes and jobs[jid].ran_last_round}
     asked = {jid: tuple(n) for jid, n in decision.nodes.items() if jid in gangs and n}   # the policy's own nodes
-    best = _pack(view, order, gangs, kinds, {**current, **asked}, moves)
+    required = {jid: tuple(jobs[jid].allowed_nodes) for jid in order if jobs[jid].allowed_nodes}
+    best = _pack(view, order, gangs, kinds, {**current, **asked}, moves, required)
     if not moves:                            # a job that runs stays where it runs, or does not run
         best = {j: n for j, n in best.items() if j not in current or n == current[j]}
     dropped = [j for j in order if j not in best]
@@ -123,8 +132,9 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
     plans = dict(decision.plans)
     for j in dropped:
         old = plans.get(j) or JobPlan(j)
-        plans[j] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset,
-                           reason=NO_NODE.format(n=gangs[j]))
+        reason = USER_NODES.format(nodes=",".join(required[j])[:200], n=gangs[j]) if j in required else \
+            NO_NODE.format(n=gangs[j])
+        plans[j] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset, reason=reason)
     return replace(decision, run=tuple(j for j in order if j in best), nodes=best, plans=plans,
                    placement={j: p for j, p in decision.placement.items() if j in best})
 

@@ -51,6 +51,9 @@ class JobView:
     # the nodes it runs on now (a running job on a cluster whose view lists its nodes, ClusterView.nodes); empty:
     # not running, or nodes unknown
     nodes: tuple[str, ...] = ()
+    # the nodes its user asked for (Slurm's --nodelist): it runs on exactly these or not at all (solver/nodes.py);
+    # empty: any node
+    allowed_nodes: tuple[str, ...] = ()
 
     @property
     def steps_remaining(self) -> float:

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from solver.nodes import NO_NODE, assign_nodes, moved
+from solver.nodes import NO_NODE, USER_NODES, assign_nodes, moved
 from solver.policies import make_policy
 from solver.types import GPU, ClusterView, JobPlan, JobView, RoundDecision
 from slurm_shockwave.controller.loop import RoundLoop
@@ -87,6 +87,28 @@ def test_without_moves_the_gang_waits_with_a_reason_and_the_rest_runs():
     assert d.plans[3].rule == "" and d.plans[3].reason == NO_NODE.format(n=4) and d.plans[3].next_offset == 1
     assert d.nodes[1] == ("a",) and d.nodes[2] == ("b",)
     check(v, d)
+
+
+def test_a_job_whose_user_chose_its_nodes_runs_there_or_not_at_all_and_is_never_moved():
+    from dataclasses import replace
+    # 1 runs on a; 2 (its user's -w b) and 3 (-w a) are pending; 4, a 4-GPU gang, needs a whole node
+    v = view([jv(1, 2, ("a",)), replace(jv(2, 3), allowed_nodes=("b",)), replace(jv(3, 3), allowed_nodes=("a",)),
+              jv(4, 4)], {"a": 4, "b": 4, "c": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3, 4]))
+    assert d.nodes[2] == ("b",) and d.nodes[1] == ("a",) and d.nodes[4] == ("c",)
+    assert 3 not in d.run and d.plans[3].reason == USER_NODES.format(nodes="a", n=3)   # a has 2 free: it waits
+    check(v, d)
+    # a gang that fits no node moves others, never a job on the nodes its user chose
+    v = view([replace(jv(1, 1, ("a",)), allowed_nodes=("a",)), jv(2, 1, ("b",)), jv(3, 4)], {"a": 4, "b": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3]))
+    assert d.nodes[1] == ("a",) and d.nodes[3] == ("b",) and d.nodes[2] == ("a",) and moved(v, d) == [2]
+    v = view([replace(jv(1, 1, ("a",)), allowed_nodes=("a",)), replace(jv(2, 1, ("b",)), allowed_nodes=("b",)),
+              jv(3, 4)], {"a": 4, "b": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3]))
+    assert set(d.run) == {1, 2} and d.plans[3].reason == NO_NODE.format(n=4) and moved(v, d) == []
+    # nodes the view does not list (down, another partition) or of another type: it waits
+    v = view([replace(jv(1, 1), allowed_nodes=("z",))], {"a": 4})
+    assert assign_nodes(v, decided(v, [1])).run == ()
 
 
 def test_a_gang_larger_than_a_node_takes_whole_free_nodes():

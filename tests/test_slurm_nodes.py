@@ -103,11 +103,13 @@ def test_pending_planned_jobs_are_pinned_one_action_per_node_value_never_over_th
     acts = pins.pins(assigned, {1, 4, 6, 7, 8})
     assert acts == [Action(VERB, (4,), "node1,node2"), Action(VERB, (6, 8), "node2")]
     assert pins.user_pinned(jobs[7]) and not pins.user_pinned(jobs[4])
+    assert pins.user_nodes(jobs[7]) == ("node1",) and pins.user_nodes(jobs[4]) == ()
     # Slurm now shows our pins (as a hostlist): not the user's, nothing sent again; a job not run keeps its pin
     shown = {4: "node[1-2]", 6: "node2", 8: "node2"}
     for j, text in shown.items():
         pins.jobs[j] = replace(pins.jobs[j], required_nodes=text)
     assert not any(pins.user_pinned(pins.jobs[j]) for j in shown)
+    assert pins.user_nodes(pins.jobs[4]) == ()                 # our pin is not the user's: the solver may move it
     assert pins.pins(assigned, {4, 6, 8}) == []
     assert pins.pins({6: ("node1",)}, {6}) == [Action(VERB, (6,), "node1")]          # re-pinned where it now goes
     # a planned job the round gave no nodes (a view without nodes) loses our pin (NodeList=)

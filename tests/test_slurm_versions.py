@@ -184,7 +184,8 @@ def test_requeue_delay_and_start_time_now(lab):
 def test_a_pending_job_pinned_by_the_controller_runs_on_the_decisions_node(lab):
     """slurm/nodes.py on a real cluster: the view's GPUs per node less an unmanaged job's, a held managed job pinned
     (`scontrol update JobId=N NodeList=node2`, one call per job) and released starts on node2, where it then runs in
-    the next view; uninstall clears the pin it wrote on a job still pending, never the user's own node list."""
+    the next view; a managed job's own node list (-w) is in its view (`allowed_nodes`), the controller's pin is not;
+    uninstall clears the pin it wrote on a job still pending, never the user's own node list."""
     from slurm_shockwave.controller.config import config_from_dict
     from slurm_shockwave.events.reader import EventReader
     from slurm_shockwave.journal.store import StateStore
@@ -202,13 +203,15 @@ def test_a_pending_job_pinned_by_the_controller_runs_on_the_decisions_node(lab):
     wait_for(lambda: state_of(cli, user).running, what="unmanaged job running")
     hint = "--comment=shockwave epochs=10 bs=32 epoch_s=30"
     small, big = submit(cli, work, "--gres=gpu:2", "-H", hint), submit(cli, work, "--gres=gpu:4", "-H", hint)
-    cli.scontrol_update([small, big], AdminComment=marked("", "held", "deferred"), Priority=0)   # as our hold
+    mine = submit(cli, work, "--gres=gpu:1", "-w", "node1", "-H", hint)   # managed, its user's node list
+    cli.scontrol_update([small, big, mine], AdminComment=marked("", "held", "deferred"), Priority=0)   # our hold
     state = StateStore(cfg.state_path)
     try:
         backend = SlurmBackend.from_config(cfg, state, EventReader(cfg.event_store), cli=cli)
         view = backend.observe()
         assert dict(view.nodes) == {"node1": (GPU, 3), "node2": (GPU, 4)} and dict(view.capacity) == {GPU: 7}
-        assert {j.job_id for j in view.jobs} == {small, big} and all(j.nodes == () for j in view.jobs)
+        assert {j.job_id for j in view.jobs} == {small, big, mine} and all(j.nodes == () for j in view.jobs)
+        assert {j.job_id: j.allowed_nodes for j in view.jobs} == {small: (), big: (), mine: ("node1",)}
         # big cannot fit on node2 beside small: it stays pending there, pinned
         backend.apply(RoundDecision(run=(small, big), placement={small: {GPU: 2}, big: {GPU: 4}},
                                     nodes={small: ("node2",), big: ("node2",)}))
@@ -218,6 +221,7 @@ def test_a_pending_job_pinned_by_the_controller_runs_on_the_decisions_node(lab):
         backend.round_index += 1
         view = backend.observe()
         assert {v.job_id: v.nodes for v in view.jobs}[small] == ("node2",)
+        assert {v.job_id: v.allowed_nodes for v in view.jobs} == {small: (), big: (), mine: ("node1",)}
         assert dict(view.nodes) == {"node1": (GPU, 3), "node2": (GPU, 4)}          # ours are not subtracted
         assert {r["job_id"] for r in state.actions(verb="place_nodes")} == {str(small), str(big)}
     finally:
@@ -225,6 +229,7 @@ def test_a_pending_job_pinned_by_the_controller_runs_on_the_decisions_node(lab):
     done = uninstall(cfg, cli=cli)
     assert done["unpinned"] == [str(big)]
     assert state_of(cli, big).required_nodes == "" and state_of(cli, user).required_nodes == "node1"
+    assert state_of(cli, mine).required_nodes == "node1"
     assert state_of(cli, small).required_nodes == "node2"                    # running: left as it is
 
 

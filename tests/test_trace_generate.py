@@ -105,6 +105,27 @@ def test_cli_generate_writes_a_trace_simulate_reads(tmp_path):
     assert '"makespan_over_lb"' in res.output
 
 
+def test_cli_simulate_with_the_controllers_early_rounds(tmp_path):
+    """--early-rounds: the simulator starts a round when a job ends while another waits (the controller's 5 s poll
+    and gap at 120 s rounds), so on a contended cluster it runs more, shorter rounds than the reference."""
+    import json
+    runner = CliRunner()
+    assert runner.invoke(cli, ["trace", "generate", "--jobs", "12", "--gpus", "8", "--seed", "4", "--out",
+                               str(tmp_path)]).exit_code == 0
+    trace, = tmp_path.glob("*.trace")
+    out = {}
+    for flag in ([], ["--early-rounds"]):
+        res = runner.invoke(cli, ["simulate", "--trace", str(trace), "--gpus", "2", "--policy", "shockwave-edf",
+                                  "--no-progress", "-o", str(tmp_path / "r.json"), "--json", *flag])
+        assert res.exit_code == 0, res.output
+        full = json.loads((tmp_path / "r.json").read_text())
+        out[bool(flag)] = (full["early_rounds"], full["results"]["shockwave-edf"])
+    assert out[False][0] is None and out[True][0] == [5.0, 5.0]
+    ref, early = out[False][1], out[True][1]
+    assert early["rounds"] > ref["rounds"]
+    assert early["makespan"] != ref["makespan"]
+
+
 @pytest.mark.parametrize("args,needle", [(["--jobs", "0"], "--jobs"), (["--jobs", "5", "--mode-mix", "1,1,1"],
                                                                       "--mode-mix"),
                                          (["--jobs", "5", "--gpu-mix", "a,b"], "--gpu-mix"),

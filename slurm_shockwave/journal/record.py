@@ -113,7 +113,8 @@ def view_from_json(d: Mapping) -> JobView:
                                     if x is not None}
     full["throughput_by_gpus"] = {int(k): float(x) for k, x in (full.get("throughput_by_gpus") or {}).items()
                                   if x is not None}
-    full["nodes"] = tuple(map(str, full.get("nodes") or ()))
+    for key in ("nodes", "allowed_nodes"):
+        full[key] = tuple(map(str, full.get(key) or ()))
     full["bs_history"] = tuple(b for b, n in (full.get("bs_history") or ()) for _ in range(int(n)))
     for key in ("steps_done", "total_steps", "throughput", "run_time", "arrival_time"):
         if full.get(key) is None and key in full:

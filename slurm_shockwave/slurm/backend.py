@@ -374,5 +374,6 @@ class SlurmBackend(ServiceBackend):
             arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key],
             gpu_type=self.types.view_type(j))
         self._meta[j.job_id].update(self.types.meta(j))
-        return replace(view, nodes=self.pins.running_on(j)) if j.state == "RUNNING" else view
+        return replace(view, nodes=self.pins.running_on(j) if j.state == "RUNNING" else (),
+                       allowed_nodes=self.pins.user_nodes(j))
 

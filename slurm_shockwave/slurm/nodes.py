@@ -8,7 +8,8 @@ round placed on nodes is pinned there before its release.
   GPUs of several types cannot be one (type, count) pair: then the view lists no nodes (one pool per type, as before).
 * A running managed job's nodes (``JobView.nodes``) are its ``nodes`` hostlist, expanded (``gpu[01-03],x5``).
 * Pinning (only a pending job the round runs, never one whose user asked for nodes, ``--nodelist``/``-w``: the squeue
-  JSON's ``required_nodes``, unless the controller wrote it): ``scontrol update JobId=<id> NodeList=<a,b>`` before its
+  JSON's ``required_nodes``, unless the controller wrote it; the solver places such a job on exactly those nodes,
+  ``JobView.allowed_nodes``): ``scontrol update JobId=<id> NodeList=<a,b>`` before its
   release; ``NodeList=`` clears it.  Slurm 22.05, 24.11 and 26.05 all refuse an id list with ``NodeList``
   (``Invalid job ID 2,4``, rc 1, nothing updated), so each job is a line ``update JobId=<id> NodeList=<a,b>``, all
   of a round's read by one scontrol from its standard input (commands.SlurmCLI.scontrol_update_jobs).
@@ -182,8 +183,12 @@ class NodePins:
 
     def user_pinned(self, job) -> bool:
         """Did the job's user (not the controller) ask for its nodes?"""
+        return bool(self.user_nodes(job))
+
+    def user_nodes(self, job) -> tuple[str, ...]:
+        """JobView.allowed_nodes: the nodes the job's user (not the controller) asked for; empty: none."""
         req = _nodes_of(getattr(job, "required_nodes", ""))
-        return bool(req) and frozenset(req) not in self.ours.get(job.job_id, ())
+        return req if req and frozenset(req) not in self.ours.get(job.job_id, ()) else ()
 
     def pins(self, assigned: dict, run: set) -> list[Action]:
         """The actions that pin each pending job of `run` to its assigned nodes (one per node value; the job's
