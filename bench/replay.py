@@ -31,8 +31,9 @@ RESULTS = ROOT / "bench" / "results" / "replay"
 DOC = ROOT / "docs" / "replay.md"
 
 
-#: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since its predictor change
-SINCE = {"slurm": "2026-11-26 16:00", "shockwave": "2026-11-27 00:00"}
+#: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since its controller starts
+#: early rounds at the replay's time scale (and its simulation does too)
+SINCE = {"slurm": "2026-11-26 16:00", "shockwave": "2026-11-27 04:00"}
 #: simulations in a result's spread (compare.spread)
 SPREAD_RUNS = 16
 
@@ -99,8 +100,8 @@ def aggregate(results: list[dict]) -> str:
             "job ends last, and the makespan by several percent, in the simulator as on the cluster. So the targets "
             "are read here on the mean of the runs against the simulated mean (runs since "
             f"{SINCE['slurm']} for plain Slurm, the first with real fair-share; since {SINCE['shockwave']} for "
-            "Shockwave, the first whose predictor counts the current epoch and whose jobs declare the trace's "
-            "batch-size range, as the simulator's do).\n\n" + "\n".join(lines) + "\n")
+            "Shockwave, the first whose controller starts a round early when a job ends while another waits at the "
+            "replay's time scale, as its simulation does).\n\n" + "\n".join(lines) + "\n")
 
 
 def versus(sw: dict, plain: dict) -> list[str]:
@@ -179,6 +180,10 @@ the simulation made at their end.
 Since 2026-11-26 19:00 both the controller and the simulator put each gang on one node (`solver/nodes.py`;
 the controller pins each job it releases to its node), and the simulated column runs on the cluster's 8 nodes of
 4 GPUs; runs before that planned and simulated a pool of 32 GPUs while Slurm placed the gangs on nodes itself.
+Since 2026-11-27 04:00 the controller starts a round early when a job ends while another waits, as in production,
+its poll and minimum gap scaled from production's 5 s to 0.5 wall s (`replay/site.py` `controller_timing`), and
+the simulated column follows the same rule in trace seconds (`sim/cluster.py` early rounds); before, the gap was
+the whole round, so the rule never fired, and the simulator had no such rule.
 All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
 `slurm_shockwave/replay/collect.py`.
 

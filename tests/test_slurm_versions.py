@@ -316,7 +316,7 @@ def test_short_demo_on_other_version(version):
     from slurm_shockwave.cli.main import cli
 
     r = CliRunner().invoke(cli, ["demo", "--short", "--shockwave-only", "--json", "--slurm", version,
-                                 "--timeout", "300"])
+                                 "--round-seconds", "2", "--timeout", "300"])
     assert r.exit_code == 0, r.output[-2000:]
     res = json.loads(r.output[r.output.index("{"):])
     assert res["where"] == "slurm"

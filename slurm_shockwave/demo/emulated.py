@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..data_files import experiment_paths
+from ..replay.site import controller_timing
 from ..workload.generate import GeneratorOptions, generate, trace_text
 from ..workload.throughputs import ThroughputTable
 
@@ -180,7 +181,8 @@ jobs do not slow each other: what differs between the runs is the scheduling. Al
 (wall seconds x {res['time_scale']:g}). 24 jobs on 8 GPUs: the paper's rho has a contention factor of 3.
 
 The simulated columns run the same jobs through the simulator, on the same nodes (each gang on one node): Shockwave
-with the restart cost measured in its real run, plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy')}` ({_model_words(runs)}).
+with the restart cost measured in its real run and the controller's early rounds (a job's end starts the next round
+when another waits, polled every {controller_timing(res['time_scale'])[0]:g} wall s), plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy')}` ({_model_words(runs)}).
 `shockwave replay` does the same for any trace (`docs/replay.md`: the 120-job trace on 32 GPUs).
 
 ## Summary
