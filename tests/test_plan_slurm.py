@@ -22,6 +22,7 @@ from solver.types import ClusterView, Policy, RoundDecision
 from slurm_shockwave.cli.main import cli
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
+from slurm_shockwave.controller.metrics_server import ControllerMetrics
 from slurm_shockwave.events.writer import EventWriter
 from tests.slurm_fixtures import cluster_up, make_root, wait_for
 
@@ -238,7 +239,7 @@ def test_freed_gpus_start_an_early_round(cluster):
     root = make_root("shockwave-plan-5-")
     first = submit(cluster, root, "first", seconds=12, gpus=4)
     nxt = submit(cluster, root, "next", gpus=4)
-    ctl = Controller(config(cluster, root, "advisory"))
+    ctl = Controller(config(cluster, root, "advisory"), metrics=ControllerMetrics())
     pol = Scripted({first})
     ctl.loop.policy = pol
     try:
@@ -250,6 +251,7 @@ def test_freed_gpus_start_an_early_round(cluster):
         ctl.run(max_rounds=1)
         print(f"early round after {time.monotonic() - started:.1f} s of a 120 s round")
         assert ctl.backend.early_round, "the wait ended only at the round boundary"
+        assert ctl.metrics.registry.get_sample_value("shockwave_early_rounds_total") == 1
         assert jobs_by_id(cluster, {first})[first].state == "COMPLETED"
         pol.plan = {nxt}
         ctl.backend.round_length = 1.0

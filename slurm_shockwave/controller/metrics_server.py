@@ -72,6 +72,8 @@ class ControllerMetrics:
                                 ["rule"], registry=r)
         self.gpu_rounds = Counter("shockwave_gpu_rounds", "GPU-rounds placed, by the rule that placed them",
                                   ["rule"], registry=r)
+        self.early_rounds = Counter("shockwave_early_rounds", "Rounds started before their boundary: a job ended and "
+                                    "freed GPUs while another waited (poll_seconds, min_round_seconds)", registry=r)
         self.event_lines = _EventLines()
         r.register(self.event_lines)
         self.slurm_latency = Histogram("shockwave_slurm_read_seconds", "Latency of reading the Slurm queue",

@@ -332,6 +332,8 @@ class SlurmBackend(ServiceBackend):
             if freed:
                 log.info("GPUs freed by %s: starting round %d early", sorted(freed), self.round_index)
                 self.early_round = True
+                if self.metrics is not None:
+                    self.metrics.early_rounds.inc()
                 return
 
     # ------------------------------------------------------------------ internals
