@@ -37,7 +37,7 @@ from slurm_shockwave.data_files import experiment_paths  # noqa: E402
 from slurm_shockwave.demo.emulated import DEMO_TRACE, USERS  # noqa: E402
 from slurm_shockwave.replay import compare  # noqa: E402
 from slurm_shockwave.replay.api import load  # noqa: E402
-from slurm_shockwave.controller.config import ControllerConfig  # noqa: E402
+from slurm_shockwave.replay.site import model_early_rounds  # noqa: E402
 from slurm_shockwave.simulate import run_simulation  # noqa: E402
 from slurm_shockwave.workload.generate import generate, trace_text  # noqa: E402
 from slurm_shockwave.workload.throughputs import ThroughputTable  # noqa: E402
@@ -76,7 +76,7 @@ def measure(seeds: list[int], rounds: list[float], costs: list[float]) -> dict:
 def study(tmpdir: Path) -> list[tuple]:
     """(trace, reference's summary, early rounds' summary) of `shockwave-edf` on every study and held-out trace."""
     from study_traces import ALL, HELDOUT, trace_file          # bench/ (the script's directory)
-    early = ControllerConfig(round_seconds=120.0).early_round_timing
+    early = model_early_rounds(None)                         # production's, as `measure` simulates it
     out = []
     for spec in ALL + HELDOUT:
         trace, thr = trace_file(spec, tmpdir)
