@@ -118,6 +118,14 @@ def test_pending_planned_jobs_are_pinned_one_action_per_node_value_never_over_th
     assert pins.pins({6: ("node1", "node2"), 4: ("node1",)}, {4, 6}) == []
 
 
+def test_a_hostile_node_list_constrains_nothing_and_raises_nothing():
+    """A user's unreadable --nodelist (a typo as long as Slurm accepts, bad names, control characters): no nodes for
+    the solver, no pin kept off it, and the round goes on (slurm/backend.py `_view` reads it for every job)."""
+    pins, jobs = _round(j6="node[1-999999999]", j7="node1;rm -rf /", j8="\x00node\n")
+    assert [pins.user_nodes(jobs[j]) for j in (6, 7, 8)] == [(), (), ()]
+    assert not any(pins.user_pinned(jobs[j]) for j in (6, 7, 8))
+
+
 def test_our_pins_are_read_back_from_the_journal_intents_included(tmp_path):
     state = StateStore(tmp_path / "state.db")
     state.settle(state.intend_many(3, [4], VERB, "node2", {}), "done")
