@@ -1,3 +1,3 @@
-from .cli.main import cli
+from slurm_shockwave.cli.main import cli
 
 cli()

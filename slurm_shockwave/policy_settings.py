@@ -12,15 +12,15 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
-from .loader import load
-from .validation import message
+from slurm_shockwave.loader import load
+from slurm_shockwave.validation import message
 
 
 def policy_class(name: str) -> type:
     """The policy class named `name` (its name, an alias or its reference name); ValueError if none."""
     from solver.policies import policy_class as lookup
 
-    from .plugins import load_policy_plugins
+    from slurm_shockwave.plugins import load_policy_plugins
     load_policy_plugins()
     return lookup(name)
 
@@ -29,7 +29,7 @@ def default_name() -> str:
     """The default policy's name (the class marked ``default``, solver/policies/registry.py)."""
     from solver.policies import default_policy
 
-    from .plugins import load_policy_plugins
+    from slurm_shockwave.plugins import load_policy_plugins
     load_policy_plugins()
     return default_policy().name
 
@@ -79,7 +79,11 @@ def rewrap(err: dict, loc: tuple | None = None) -> dict:
     return custom(loc, err.get("input"), message(err))
 
 
-def resolve(ref: str, bundled: Path) -> Path:
+#: the reference's own Shockwave configurations (data/LICENSE.shockwave), by file name
+BUNDLED_CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
+
+
+def resolve(ref: str, bundled: Path = BUNDLED_CONFIGS) -> Path:
     """A settings file named in a config: a path, else the name of a bundled file."""
     path = Path(ref)
     return path if path.is_absolute() or path.exists() else bundled / path

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .types import ClusterView, JobPlan, RoundDecision
+from solver.types import ClusterView, JobPlan, RoundDecision
 
 NO_NODE = "no node has room for its {n}-GPU gang this round"
 USER_NODES = "the nodes its user asked for ({nodes}) have no room for its {n}-GPU gang this round"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from .types import GPU
+from solver.types import GPU
 
 
 class PlacementError(ValueError):

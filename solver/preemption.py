@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from .placement import Packer
-from .types import ClusterView, JobPlan, JobView, RoundDecision
+from solver.placement import Packer
+from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import random
 
-from slurm_shockwave.workload.jobs import JobSpec
+from shockwave_lab.workload.jobs import JobSpec
 from solver.types import ClusterView, JobView
-from slurm_shockwave.workload.throughputs import ThroughputTable
-from slurm_shockwave.workload import profiles
+from shockwave_lab.workload.throughputs import ThroughputTable
+from shockwave_lab.workload import profiles
 
 
 def table(entries: dict) -> ThroughputTable:
@@ -34,7 +34,7 @@ def random_workload(seed: int, n: int, max_gpus: int, thr: ThroughputTable):
 
 
 def reference_table() -> ThroughputTable:
-    from slurm_shockwave.data_files import experiment_paths
+    from shockwave_lab.data_files import experiment_paths
     return ThroughputTable.load(experiment_paths("tacc_32gpus")["throughputs"])
 
 

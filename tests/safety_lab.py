@@ -24,8 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slurm_shockwave.localcluster import daemons as d
-from slurm_shockwave.localcluster import statefile
+from shockwave_lab.localcluster import daemons as d
+from shockwave_lab.localcluster import statefile
 from tests.slurm_fixtures import keep_root, wait_for
 
 REPO = Path(__file__).resolve().parents[1]

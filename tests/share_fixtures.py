@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_shockwave.localcluster import LocalCluster
-from slurm_shockwave.localcluster.accounting import ensure_users
+from shockwave_lab.localcluster import LocalCluster
+from shockwave_lab.localcluster.accounting import ensure_users
 from slurm_shockwave.slurm.shares import JSON_ARGV, TEXT_ARGV, parse_sshare_text
 from tests.slurm_fixtures import ACCOUNTS, USERS, make_cluster, make_root, wait_for
 

@@ -35,8 +35,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
-from slurm_shockwave.localcluster.chroot import DEFAULT_ROOTS_DIR, SUITES, ChrootRoot, host_version
+from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster.chroot import DEFAULT_ROOTS_DIR, SUITES, ChrootRoot, host_version
 from slurm_shockwave.slurm import SlurmCLI
 
 JOB_USER = "swjobuser"

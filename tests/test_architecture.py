@@ -63,12 +63,12 @@ def _importers(prefixes, of) -> list[str]:
 
 
 def test_the_loop_the_daemon_and_the_core_never_import_the_slurm_subpackage():
-    assert _importers(("solver", "slurm_shockwave.controller", "slurm_shockwave.journal", "slurm_shockwave.sim",
+    assert _importers(("solver", "slurm_shockwave.controller", "slurm_shockwave.journal", "shockwave_lab.sim",
                        "slurm_shockwave.backends"), "slurm_shockwave.slurm") == []
 
 
 def test_no_backend_reaches_up_into_the_controller():
-    assert _importers(("slurm_shockwave.slurm", "slurm_shockwave.sim", "slurm_shockwave.backends",
+    assert _importers(("slurm_shockwave.slurm", "shockwave_lab.sim", "slurm_shockwave.backends",
                        "slurm_shockwave.journal"), "slurm_shockwave.controller") == []
 
 

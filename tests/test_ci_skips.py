@@ -1,4 +1,4 @@
-"""Under CI=true a skipped test fails the run (tests/conftest.py), so a green CI run means the Slurm tests ran."""
+"""Under CI=true a skipped test fails the run (conftest.py), so a green CI run means the Slurm tests ran."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_pytest(tmp_path, ci: str | None):
     test = tmp_path / "test_probe_skip.py"
     test.write_text("import pytest\n\ndef test_needs_slurm():\n    pytest.skip('no Slurm here')\n")
-    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text()
+    (tmp_path / "conftest.py").write_text((ROOT / "conftest.py").read_text()
                                           .replace('pytest_plugins = ["tests.slurm_fixtures"]', ""))
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:

@@ -173,7 +173,7 @@ def test_down_stops_the_database_and_slurmdbd_by_pid(cluster):
     pid (and start time) and stopped with the other daemons."""
     import json
 
-    from slurm_shockwave.localcluster.daemons import ProcId
+    from shockwave_lab.localcluster.daemons import ProcId
 
     state = json.loads((cluster.root / "cluster.json").read_text())
     procs = {name: ProcId.from_json(v) for name, v in state["daemons"].items()}

@@ -112,7 +112,7 @@ def test_brackets_are_text_and_wide_tables_are_not_cut_in_a_log(tmp_path):
 
 def test_the_demo_tables_are_not_cut_in_a_log(capsys):
     from slurm_shockwave.cli.common import console
-    from slurm_shockwave.demo.report import render_tables
+    from shockwave_lab.demo.report import render_tables
     names = [f"swdemo-alice-{i}-a-rather-long-job-name" for i in range(3)]
     jobs = [{"name": n, "user": "[u]alice", "mode": "gns", "gpus": 1, "epochs": "3/3", "batch_sizes": [32],
              "jct_s": 10.0, "rho": 1.0, "restarts": 0} for n in names]

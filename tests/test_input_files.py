@@ -10,8 +10,8 @@ from slurm_shockwave.cli.main import cli
 from slurm_shockwave.controller.config import ConfigError, load_config
 from slurm_shockwave.loader import InputFileError, load, read_text
 from slurm_shockwave.validation import describe
-from slurm_shockwave.workload.spec import read_spec
-from slurm_shockwave.workload.throughputs import ThroughputTable
+from shockwave_lab.workload.spec import read_spec
+from shockwave_lab.workload.throughputs import ThroughputTable
 
 
 @pytest.mark.parametrize("name,content,needle", [

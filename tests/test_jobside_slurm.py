@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from slurm_shockwave.events import EventReader, summarize
-from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
-from slurm_shockwave.localcluster import daemons as d
-from slurm_shockwave.localcluster import statefile
+from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster import daemons as d
+from shockwave_lab.localcluster import statefile
 from tests.slurm_fixtures import ensure_user, make_root, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -8,7 +8,7 @@ from solver.nodes import NO_NODE, USER_NODES, assign_nodes, moved
 from solver.policies import make_policy
 from solver.types import GPU, ClusterView, JobPlan, JobView, RoundDecision
 from slurm_shockwave.controller.loop import RoundLoop
-from slurm_shockwave.sim.cluster import SimulatedCluster
+from shockwave_lab.sim.cluster import SimulatedCluster
 from tests.helpers import random_workload, table
 
 

@@ -231,7 +231,7 @@ def test_status_reads_the_snapshot_me_watch_and_unmanaged(tmp_path, monkeypatch)
 
 
 def test_demo_report_has_both_columns_and_reads_the_numbers():
-    from slurm_shockwave.demo.report import render_markdown
+    from shockwave_lab.demo.report import render_markdown
     share = lambda a, b: {"share": {"ana": a, "ben": b}, "user_jct": {"ana": 100.0 * a + 50, "ben": 100.0 * b + 50}}  # noqa: E731
     job = lambda n, jct: {"name": n, "user": "ana", "mode": "static", "gpus": 4, "epochs": "4/4", "batch_sizes": [32],  # noqa: E731
                           "jct_s": jct, "rho": jct / 50, "restarts": 0}

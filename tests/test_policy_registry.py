@@ -13,13 +13,14 @@ from pydantic import ValidationError
 
 import solver.policies
 from slurm_shockwave.cli.main import cli
-from slurm_shockwave.report import make_report
+from shockwave_lab.data_files import THROUGHPUTS
+from shockwave_lab.report import make_report
 from solver.policies import all_policies, make_policy, policy_class, policy_names, registry
-from solver.policies.allox import AlloXConfig
+from shockwave_lab.baselines.allox import AlloXConfig
 from solver.policies.base import Policy
 
-ROOT = Path(__file__).resolve().parent.parent
-THR = ROOT / "slurm_shockwave" / "data" / "throughputs" / "tacc_throughputs.json"
+
+THR = THROUGHPUTS / "tacc_throughputs.json"
 SPEC = [{"id": 0, "arrival": 0, "model": "ResNet-18", "batch_size": 32, "epochs": 2},
         {"id": 1, "arrival": 0, "model": "ResNet-50", "batch_size": 32, "epochs": 1, "gpus": 2},
         {"id": 2, "arrival": 60, "model": "Transformer", "batch_size": 32, "epochs": 2},
@@ -91,15 +92,14 @@ def test_toy_in_the_report(toy, spec, tmp_path):
     assert {"policy": "toy_lifo", "label": "ToyLIFO"}.items() <= summary["metrics"][-1].items()
     page = (tmp_path / "report.html").read_text()
     assert "toy_lifo (ToyLIFO)" in page and "max_min_fairness (Gavel)" in page
-    from slurm_shockwave.report.plots import colours
+    from shockwave_lab.report.plots import colours
     assert len(set(colours(summary["policies"]).values())) == len(summary["policies"])
 
 
 def test_toy_in_the_study(toy, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import study
-    from study_report import write_report
-    from study_traces import TraceSpec
+    from shockwave_lab.bench import study
+    from shockwave_lab.bench.study_report import write_report
+    from shockwave_lab.bench.study_traces import TraceSpec
     assert study.baselines() == [*BASELINES, "toy_lifo"]
     spec = TraceSpec("tiny", gpus=4, jobs=6, seed=1, interarrival=60)
     out = tmp_path / "study"
@@ -159,7 +159,7 @@ def test_helpers_without_a_label_are_not_listed_and_names_do_not_clash(isolated)
 
     assert policy_class("gavel_variant") is Variant and Variant.aliases == () and Variant.reference_name is None
     assert policy_class("gavel").name == "max_min_fairness"
-    with pytest.raises(TypeError, match="'gavel' is taken by solver.policies.max_min_fairness.MaxMinFairness"):
+    with pytest.raises(TypeError, match="'gavel' is taken by shockwave_lab.baselines.max_min_fairness.MaxMinFairness"):
         class Clash(Policy):
             name = "gavel"
             label = "Not Gavel"
@@ -177,7 +177,7 @@ def test_policies_of_other_packages_by_entry_point(isolated, monkeypatch):
 
     from slurm_shockwave import plugins
     monkeypatch.setattr(plugins, "entry_points",
-                        lambda group: [EntryPoint()] if group == plugins.ENTRY_POINT_GROUP else [])
+                        lambda group: [EntryPoint()] if group == plugins.POLICY_GROUP else [])
     monkeypatch.setattr(plugins, "_loaded", False)
     plugins.load_policy_plugins()
     assert policy_names()[-1] == "plugin" and policy_class("plugin").label == "Plug-in"

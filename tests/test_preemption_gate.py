@@ -11,7 +11,7 @@ from slurm_shockwave.controller.loop import RoundLoop
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.events.schema import Event
 from slurm_shockwave.events.summary import summarize
-from slurm_shockwave.sim.cluster import SimulatedCluster
+from shockwave_lab.sim.cluster import SimulatedCluster
 from tests.helpers import job, table
 
 ROUND = 20.0
@@ -141,9 +141,9 @@ def test_the_controller_counts_a_restart_before_the_next_round_as_wasted():
 
 
 def test_the_replay_simulates_with_the_gate_and_the_measured_cost_and_reports_waste():
-    from slurm_shockwave.demo.preemption import simulate_gated
-    from slurm_shockwave.demo.report import summary_rows
-    from slurm_shockwave.demo.workload import short_workload
+    from shockwave_lab.demo.preemption import simulate_gated
+    from shockwave_lab.demo.report import summary_rows
+    from shockwave_lab.demo.workload import short_workload
     jobs = [(dj, i) for i, dj in enumerate(short_workload())]
     rows = [{"bs_per_epoch": [], "epoch_duration_by_bs": {}, "submit": dj.delay_s} for dj, _ in jobs]
     sim = simulate_gated(jobs, rows, 4, 20.0, 12.5, step_time_guess=0.06)

@@ -16,7 +16,7 @@ import pytest
 
 from slurm_shockwave.controller import daemon
 from slurm_shockwave.controller.config import config_from_dict
-from slurm_shockwave.localcluster import SlurmUnavailable
+from shockwave_lab.localcluster import SlurmUnavailable
 from tests.slurm_fixtures import make_cluster, make_root, slurm_test_versions
 
 pytestmark = pytest.mark.slurm

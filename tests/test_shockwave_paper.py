@@ -11,6 +11,8 @@ from slurm_shockwave.policy_settings import from_file as settings_from_file
 from slurm_shockwave.validation import describe
 from solver.market.backends import BackendResult, HighsBackend
 from solver.policies import policy_class
+from slurm_shockwave.controller.loop import RoundLoop
+from solver.policies.shockwave_base import PlanUnavailable
 from solver.policies.shockwave_config import ShockwaveConfig
 from solver.policies.shockwave_paper import ShockwavePaper
 from solver.types import JobView
@@ -97,15 +99,18 @@ def test_double_weight_gets_at_least_as_much():
 
 
 @pytest.mark.parametrize("mode", ["raise", "none"])
-def test_fallback_on_solver_failure(mode, caplog):
+def test_a_solver_failure_reaches_the_loop_which_runs_the_one_fallback(mode, caplog):
     jobs = [mkjob(0, g=2, run_time=500.0), mkjob(1, g=1, run_time=10.0), mkjob(2, g=2, run_time=50.0),
             mkjob(3, g=1, run_time=0.0)]
-    pol = ShockwavePaper(backend=FailingBackend(mode))
-    with caplog.at_level(logging.WARNING, logger="solver.market"):
-        d = pol.decide(view(jobs, G=4))
-    assert d.path == "fallback" and all(d.plans[j].rule == "fallback" for j in d.run)
+    with pytest.raises(PlanUnavailable, match="no earlier plan covers it"):
+        ShockwavePaper(backend=FailingBackend(mode)).decide(view(jobs, G=4))
+    loop = RoundLoop(backend=None, policy=ShockwavePaper(backend=FailingBackend(mode)))
+    with caplog.at_level(logging.ERROR, logger="slurm_shockwave.loop"):
+        d, fell_back = loop.decide(view(jobs, G=4))
+    assert fell_back and d.path == "fallback" and all(d.plans[j].rule == "fallback" for j in d.run)
     assert d.run == (3, 1, 2)               # least attained run time first, while it fits
-    assert any("fallback" in rec.getMessage() for rec in caplog.records)
+    assert "policy raised PlanUnavailable" in d.fallback_reason
+    assert any("using the fallback" in rec.getMessage() for rec in caplog.records)
 
 
 def test_failure_keeps_last_plan_restricted_to_active_jobs():
@@ -120,9 +125,9 @@ def test_failure_keeps_last_plan_restricted_to_active_jobs():
     d1 = pol.decide(view([j for j in jobs if j.job_id != gone], r=1, G=2))
     assert d1.path == "cached"
     assert gone not in d1.run and len(d1.run) == 2
-    # past the end of the window there is no plan left: max-min fallback
-    d2 = pol.decide(view([j for j in jobs if j.job_id != gone], r=40, G=2))
-    assert d2.path == "fallback" and len(d2.run) == 2
+    # past the end of the window there is no plan left: the caller's fallback decides
+    with pytest.raises(PlanUnavailable):
+        pol.decide(view([j for j in jobs if j.job_id != gone], r=40, G=2))
 
 
 def test_decide_never_raises_on_garbage():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurm_shockwave.journal.store import StateStore
-from slurm_shockwave.localcluster.config import ClusterSettings, Paths, render_gres_conf, render_slurm_conf
+from shockwave_lab.localcluster.config import ClusterSettings, Paths, render_gres_conf, render_slurm_conf
 from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
 from slurm_shockwave.slurm.gpu_types import GpuTypes, gpus_by_type, request_type, tres_steering
 from slurm_shockwave.slurm.nodes import NodePins
@@ -217,7 +217,7 @@ def test_local_cluster_config_of_typed_nodes():
                                                    "NodeName=node2 Name=gpu Type=k80 File=/x/dev/nvidia[0-1]"]
     untyped = replace(s, gpu_types=(), accounting=False)
     assert "Features" not in render_slurm_conf(p, untyped) and "Type=" not in render_gres_conf(p, untyped)
-    from slurm_shockwave.localcluster import LocalCluster
+    from shockwave_lab.localcluster import LocalCluster
     with pytest.raises(ValueError):
         LocalCluster("/tmp/unused-typed", gpu_types=["v100", "bad type"])
 

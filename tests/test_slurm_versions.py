@@ -7,7 +7,7 @@ builds them; ``shockwave cluster build-root --slurm 24.11``). Explicitly::
     SHOCKWAVE_TEST_SLURM=22.05,24.11,26.05 .venv/bin/python -m pytest -q -p no:cacheprovider \\
         tests/test_slurm_versions.py
 
-Newer versions run from a Debian root (see ``slurm_shockwave.localcluster.chroot``), so jobs are
+Newer versions run from a Debian root (see ``shockwave_lab.localcluster.chroot``), so jobs are
 submitted as root; on them the short demo (Shockwave run) also runs end to end. Every wait is a poll
 with a generous timeout; nothing asserts a duration.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_shockwave.localcluster.chroot import host_version
+from shockwave_lab.localcluster.chroot import host_version
 from slurm_shockwave.slurm import SlurmCLI
 from tests.slurm_fixtures import ODD_COMMENT, job_state, settle_after_requeue, version_test_versions, wait_for
 
@@ -282,7 +282,7 @@ def test_cluster_cli_up_down_leaves_nothing(version):
     from click.testing import CliRunner
 
     from slurm_shockwave.cli.main import cli
-    from slurm_shockwave.localcluster.daemons import ProcId
+    from shockwave_lab.localcluster.daemons import ProcId
     from tests.slurm_fixtures import ROOTS_DIR, make_root
 
     root = make_root("shockwave-cli-")
@@ -299,7 +299,7 @@ def test_cluster_cli_up_down_leaves_nothing(version):
         assert not any(p.alive() for p in procs)
         assert f"{root} " not in Path("/proc/self/mountinfo").read_text()   # its bind mount is gone
     finally:
-        from slurm_shockwave.localcluster import LocalCluster
+        from shockwave_lab.localcluster import LocalCluster
         LocalCluster(root).down()
         import shutil
         shutil.rmtree(root, ignore_errors=True)

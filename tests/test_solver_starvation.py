@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from slurm_shockwave.simulate import run_simulation
+from shockwave_lab.simulate import run_simulation
 from solver.policies.shockwave_config import ShockwaveConfig
 from solver.policies.shockwave_edf import ShockwaveEDF, ShockwaveEDFConfig
 from solver.policies.shockwave_paper import ShockwavePaper

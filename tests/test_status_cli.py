@@ -15,7 +15,7 @@ from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.controller.metrics_server import ControllerMetrics
 from slurm_shockwave.events.writer import EventWriter
-from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
 from tests.slurm_fixtures import make_root
 
 pytestmark = pytest.mark.slurm

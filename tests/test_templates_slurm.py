@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_shockwave.events import EventReader, summarize
-from slurm_shockwave.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
 from tests.slurm_fixtures import make_root, wait_for
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401  (shared fixture, see docstring)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_shockwave.localcluster.chroot import host_version
+from shockwave_lab.localcluster.chroot import host_version
 from tests.safety_lab import REPO, Lab
 from tests.slurm_fixtures import cluster_up, is_kept, make_root, version_test_versions
 

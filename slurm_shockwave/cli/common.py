@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from ..strict_json import dumps
+from slurm_shockwave.strict_json import dumps
 
 
 class OneLineError(click.ClickException):

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .common import OneLineError, emit_json
+from slurm_shockwave.cli.common import OneLineError, emit_json
 
 log = logging.getLogger("slurm_shockwave.controller")
 
@@ -39,7 +39,7 @@ class EarlyStop:
 
 
 def _config(path, dry_run=False, as_json=False):
-    from ..controller.config import ConfigError, load_config
+    from slurm_shockwave.controller.config import ConfigError, load_config
     try:
         cfg = load_config(path)
     except ConfigError as e:
@@ -60,7 +60,7 @@ def controller():
 
 
 def _setup_logging(log_json: bool) -> None:
-    from ..controller.daemon import JsonFormatter
+    from slurm_shockwave.controller.daemon import JsonFormatter
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_json else
                          logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -79,12 +79,12 @@ def _setup_logging(log_json: bool) -> None:
 def run(config_path, dry_run, max_rounds, log_json):
     """Run the round loop: read the cluster, decide the round, enact it; until SIGTERM (SIGHUP reloads the config)."""
     early = EarlyStop()                     # first: a SIGTERM while starting is a clean stop, not exit 143
-    from ..controller.daemon import Controller
-    from ..journal.lock import AlreadyRunning
-    from ..controller.faults import metrics_error
-    from ..controller.metrics_server import ControllerMetrics
-    from ..errors import StartupError
-    from ..journal import state_db_error
+    from slurm_shockwave.controller.daemon import Controller
+    from slurm_shockwave.journal.lock import AlreadyRunning
+    from slurm_shockwave.controller.faults import metrics_error
+    from slurm_shockwave.controller.metrics_server import ControllerMetrics
+    from slurm_shockwave.errors import StartupError
+    from slurm_shockwave.journal import state_db_error
     cfg = _config(config_path, dry_run)
     _setup_logging(log_json)
     metrics = ControllerMetrics()
@@ -118,7 +118,7 @@ def run(config_path, dry_run, max_rounds, log_json):
 @click.option("--syntax-only", is_flag=True, help="Only validate the file; do not look at Slurm or the disks.")
 def check(config_path, as_json, syntax_only):
     """Check a controller config and the world it runs in: one line per problem; exit 2 (config) or 1 (world)."""
-    from ..controller.preflight import check_world, summary
+    from slurm_shockwave.controller.preflight import check_world, summary
     cfg = _config(config_path, as_json=as_json)
     facts: dict = {}
     problems = [] if syntax_only else check_world(cfg, facts)
@@ -139,8 +139,8 @@ def check(config_path, as_json, syntax_only):
 @click.option("--json", "as_json", is_flag=True)
 def uninstall(config_path, as_json):
     """Release the jobs the controller holds, reset the SiteFactors it set and clear the node pins it wrote."""
-    from ..backends.base import BackendUnavailable, backend_class
-    from ..journal.lock import ControllerRunning
+    from slurm_shockwave.backends.base import BackendUnavailable, backend_class
+    from slurm_shockwave.journal.lock import ControllerRunning
     cfg = _config(config_path)
     try:
         done = backend_class(cfg.backend).uninstall(cfg)
@@ -156,5 +156,5 @@ def uninstall(config_path, as_json):
 @controller.command("example-config")
 def example_config():
     """Print the commented reference config, every setting at its default (docs/config.example.toml)."""
-    from ..controller.config_example import example_toml
+    from slurm_shockwave.controller.config_example import example_toml
     click.echo(example_toml(), nl=False)

@@ -10,10 +10,10 @@ import time
 
 import click
 
-from .. import site
-from .common import OneLineError, console, emit_json, esc
-from .statusview import explain_job, fairshare_lines, fmt_clock, fmt_duration, fmt_eta
-from .statusview import status_rows as _status_rows
+from slurm_shockwave import site
+from slurm_shockwave.cli.common import OneLineError, console, emit_json, esc
+from slurm_shockwave.cli.statusview import explain_job, fairshare_lines, fmt_clock, fmt_duration, fmt_eta
+from slurm_shockwave.cli.statusview import status_rows as _status_rows
 
 DEFAULT_STATE = site.DEFAULT_STATE_DIR
 
@@ -24,17 +24,17 @@ def _state_dir(config_path, state_dir):
     if not config_path and not state_dir:
         config_path = site.config_path()
     if config_path:
-        from ..controller.config import ConfigError, load_config
+        from slurm_shockwave.controller.config import ConfigError, load_config
         try:
             return load_config(config_path)
         except ConfigError as e:
             raise OneLineError(e.problems[0]) from None
-    from ..controller.config import ControllerConfig
+    from slurm_shockwave.controller.config import ControllerConfig
     return ControllerConfig(state_dir=state_dir or DEFAULT_STATE)
 
 
 def _open(cfg):
-    from ..journal import StateStore
+    from slurm_shockwave.journal import StateStore
     try:
         return StateStore(cfg.state_path, readonly=True)
     except FileNotFoundError as e:
@@ -203,8 +203,8 @@ def explain(job_id, config_path, state_dir, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def events(job_id, store_root, config_path, as_json):
     """A job's events from the shared store, with rejected lines and their reasons."""
-    from ..events.reader import EventReader
-    from ..events.schema import is_valid_job_id
+    from slurm_shockwave.events.reader import EventReader
+    from slurm_shockwave.events.schema import is_valid_job_id
     if not is_valid_job_id(job_id):
         raise OneLineError(f"not a job id: {job_id!r}")
     root = store_root or _state_dir(config_path, None).event_store

@@ -8,7 +8,7 @@ import time
 
 from solver.types import RULES
 
-from ..journal.record import SHORT_HISTORY
+from slurm_shockwave.journal.record import SHORT_HISTORY
 
 STALE_ROUNDS = 3
 

@@ -19,9 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from .. import policy_settings, site
-from ..loader import InputFileError, load
-from ..validation import describe, line, show
+from slurm_shockwave import policy_settings, site
+from slurm_shockwave.loader import InputFileError, load
+from slurm_shockwave.validation import describe, line, show
 
 #: signals that would kill or freeze a job instead of asking it to checkpoint
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
@@ -115,9 +115,8 @@ class PolicySection(_Strict):
         return []
 
     def _read_file(self, name: str) -> list[dict]:
-        from ..data_files import CONFIGS
         try:
-            self._settings = policy_settings.from_file(name, policy_settings.resolve(self.config, CONFIGS))
+            self._settings = policy_settings.from_file(name, policy_settings.resolve(self.config))
         except ValidationError as e:
             return [policy_settings.custom(("config",), self.config, line(err)) for err in e.errors(include_url=False)]
         except InputFileError as e:

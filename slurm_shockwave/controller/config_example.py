@@ -10,7 +10,7 @@ import typing
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from .config import RESTART, SECTIONS, ControllerConfig, PolicySection
+from slurm_shockwave.controller.config import RESTART, SECTIONS, ControllerConfig, PolicySection
 
 HEADER = """\
 # /etc/shockwave/config.toml: the Shockwave controller's configuration.
@@ -52,7 +52,7 @@ def _table(name: str, model: type[BaseModel], fields: dict[str, FieldInfo]) -> l
 
 def _policy_settings(name: str) -> list[str]:
     """The default policy's settings, commented out: the [policy.<name>] table instead of policy.config."""
-    from ..policy_settings import policy_class
+    from slurm_shockwave.policy_settings import policy_class
     model = policy_class(name).config_model
     if model is None:
         return []

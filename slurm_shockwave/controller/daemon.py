@@ -21,14 +21,14 @@ from pathlib import Path
 from solver.policies import make_policy
 from solver.types import RULES
 
-from ..backends.base import BackendUnavailable, backend_class
-from ..errors import StartupError
-from ..journal import StateStore, check_state_db, lock, state_db_error, storage_problem
-from ..journal.lock import AlreadyRunning
-from ..strict_json import dumps
-from .config import RESTART_ONLY, ConfigError, load_config
-from .faults import state_dir_error
-from .loop import RoundLoop
+from slurm_shockwave.backends.base import BackendUnavailable, backend_class
+from slurm_shockwave.errors import StartupError
+from slurm_shockwave.journal import StateStore, check_state_db, lock, state_db_error, storage_problem
+from slurm_shockwave.journal.lock import AlreadyRunning
+from slurm_shockwave.strict_json import dumps
+from slurm_shockwave.controller.config import RESTART_ONLY, ConfigError, load_config
+from slurm_shockwave.controller.faults import state_dir_error
+from slurm_shockwave.controller.loop import RoundLoop
 
 log = logging.getLogger("slurm_shockwave.controller")
 #: a partition with no nodes / no GPUs / no usable node is warned about at the first round and every N rounds
@@ -79,7 +79,7 @@ class Controller:
             os.close(self._lock_fd)
             raise state_dir_error(state_dir, e) from None
         if reader is None:
-            from ..events.reader import EventReader
+            from slurm_shockwave.events.reader import EventReader
             reader = EventReader(cfg.event_store)
         self.reader = reader
         self.metrics = metrics

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 
-from ..errors import StartupError
+from slurm_shockwave.errors import StartupError
 
 __all__ = ["StartupError", "state_dir_error", "metrics_error"]
 

@@ -29,16 +29,19 @@ from solver.nodes import assign_nodes, moved
 from solver.market.plan import max_min_round
 from solver.types import ClusterView, JobPlan, RoundDecision
 
-from ..backends.base import check_decision
-from ..journal.record import RoundRecord
-from .reasons import annotate
+from slurm_shockwave.backends.base import check_decision
+from slurm_shockwave.journal.record import RoundRecord
+from slurm_shockwave.controller.reasons import annotate
 
 log = logging.getLogger("slurm_shockwave.loop")
 
 
 def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDecision:
-    """The one fallback: max-min fairness in attained run time (solver.market.plan.max_min_round)."""
-    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time, j.gpu_type) for j in view.jobs]
+    """The one fallback: max-min fairness in attained run time (solver.market.plan.max_min_round), older jobs
+    first on ties, each gang on the fastest type with room.  No policy has one of its own: a failure at any depth
+    of a policy reaches `RoundLoop.decide`, which runs this and counts it."""
+    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type,
+             j.throughput_by_type) for j in view.jobs]
     run = tuple(max_min_round(rows, view.capacity))
     return RoundDecision(run=run, plans={j: JobPlan(j, rule="fallback") for j in run}, path="fallback",
                          fallback_reason=why)
@@ -72,12 +75,12 @@ class RoundLoop:
         name = self.policy.name
         try:
             decision = self.policy.decide(view)
-        except Exception:  # noqa: BLE001 - the loop must survive any policy failure
+        except Exception as e:  # the loop survives any policy failure: logged with its traceback, counted
             log.exception("policy %s failed in round %d; using the fallback", name, view.round_index)
-            return check_decision(view, fallback_decision(view, "policy raised")), True
+            return check_decision(view, fallback_decision(view, f"policy raised {type(e).__name__}: {e}")), True
         try:
             return check_decision(view, decision), False
-        except ValueError as e:
+        except (ValueError, TypeError, AttributeError) as e:  # not a valid decision for this view: logged, counted
             log.error("policy %s: rejected decision (%s); using the fallback", name, e)
             return check_decision(view, fallback_decision(view, f"decision rejected: {e}")), True
 

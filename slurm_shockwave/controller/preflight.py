@@ -12,9 +12,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..backends.base import backend_class
-from ..events import store
-from ..journal import check_state_db
+from slurm_shockwave.backends.base import backend_class
+from slurm_shockwave.events import store
+from slurm_shockwave.journal import check_state_db
 
 
 def check_world(cfg, facts: dict | None = None) -> list[str]:

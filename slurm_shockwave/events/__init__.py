@@ -7,14 +7,14 @@ Controller-facing API::
     new = reader.poll({job_id: uid, ...})        # {job_id: [Event, ...]} since last call
     progress = summarize(all_events_of_job)      # JobProgress
 """
-from .reader import EventReader, JobEvents
-from .schema import (KINDS, MAX_LINE_BYTES, SCHEMA_VERSION, SYSTEM_KINDS, Event, JobIdError,
+from slurm_shockwave.events.reader import EventReader, JobEvents
+from slurm_shockwave.events.schema import (KINDS, MAX_LINE_BYTES, SCHEMA_VERSION, SYSTEM_KINDS, Event, JobIdError,
                      check_job_id, decode_line, encode_line, is_valid_job_id, make_record,
                      validate)
-from .store import (FileRejected, ensure_job_dir, job_event_path, list_job_ids,
+from slurm_shockwave.events.store import (FileRejected, ensure_job_dir, job_event_path, list_job_ids,
                     system_event_path)
-from .summary import JobProgress, ProgressState, summarize
-from .writer import EventWriter, append_event
+from slurm_shockwave.events.summary import JobProgress, ProgressState, summarize
+from slurm_shockwave.events.writer import EventWriter, append_event
 
 __all__ = [
     "EventReader", "JobEvents", "Event", "JobProgress", "ProgressState", "summarize", "EventWriter",

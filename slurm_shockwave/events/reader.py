@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from .layout import EVENTS_NAME, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR, system_file_name
-from .schema import (MAX_FUTURE_S, MAX_LINE_BYTES, SYSTEM_KINDS, Event, decode_line,
+from slurm_shockwave.events.layout import EVENTS_NAME, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR, system_file_name
+from slurm_shockwave.events.schema import (MAX_FUTURE_S, MAX_LINE_BYTES, SYSTEM_KINDS, Event, decode_line,
                      is_valid_job_id)
-from .store import FileRejected, job_file_candidates, list_job_ids, open_for_read
+from slurm_shockwave.events.store import FileRejected, job_file_candidates, list_job_ids, open_for_read
 
 #: Per-job cap on remembered rejected lines (the counter keeps counting).
 MAX_REJECTED_PER_JOB = 200

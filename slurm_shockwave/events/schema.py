@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from .layout import (FIELD_SPECS, LOCAL_JOB_ID, MAX_LINE_BYTES, SCHEMA_VERSION, SLURM_JOB_ID,  # noqa: F401
+from slurm_shockwave.events.layout import (FIELD_SPECS, LOCAL_JOB_ID, MAX_LINE_BYTES, SCHEMA_VERSION, SLURM_JOB_ID,  # noqa: F401
                      encode_line)
 
 #: Timestamps further than this in the future (s) are rejected (clock skew allowance).

@@ -13,9 +13,9 @@ import os
 import stat
 from pathlib import Path
 
-from .layout import (DIR_MODE, EVENTS_NAME, FILE_MODE, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR,
+from slurm_shockwave.events.layout import (DIR_MODE, EVENTS_NAME, FILE_MODE, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR,
                      WRITABLE_BY_OTHERS, system_file_name)
-from .schema import check_job_id, is_valid_job_id
+from slurm_shockwave.events.schema import check_job_id, is_valid_job_id
 
 
 class FileRejected(Exception):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
-from .schema import Event
+from slurm_shockwave.events.schema import Event
 
 MAX_RUNS = 2048
 MAX_BATCH_SIZES = 64

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from .summary import HINT_FIELDS, JobProgress, ProgressState
+from slurm_shockwave.events.summary import HINT_FIELDS, JobProgress, ProgressState
 
 log = logging.getLogger("slurm_shockwave.events")
 #: event lines (accepted + rejected) read per round at most, over all jobs; a backlog (first start on a full

@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .schema import check_job_id, encode_line, make_record
-from .store import ensure_job_dir, job_event_path, open_append, write_line
+from slurm_shockwave.events.schema import check_job_id, encode_line, make_record
+from slurm_shockwave.events.store import ensure_job_dir, job_event_path, open_append, write_line
 
 
 class EventWriter:

@@ -1,5 +1,5 @@
 """The controller's durable journal: SQLite state (rounds, decisions, actions, jobs) and its faults."""
-from .faults import check_state_db, state_db_error, storage_problem
-from .store import StateStore
+from slurm_shockwave.journal.faults import check_state_db, state_db_error, storage_problem
+from slurm_shockwave.journal.store import StateStore
 
 __all__ = ["StateStore", "check_state_db", "state_db_error", "storage_problem"]

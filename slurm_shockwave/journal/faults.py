@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import sqlite3
 
-from ..errors import StartupError
+from slurm_shockwave.errors import StartupError
 
 #: errno values meaning "the state cannot be written right now"
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..strict_json import dumps
+from slurm_shockwave.strict_json import dumps
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS rounds (
@@ -93,7 +93,7 @@ class StateStore:
 
     def latest_round(self):
         """(RoundRecord, when it was written) of the latest round, or None."""
-        from .record import RoundRecord
+        from slurm_shockwave.journal.record import RoundRecord
         try:
             row = self.db.execute("SELECT ts, payload FROM round_views ORDER BY round DESC LIMIT 1").fetchone()
         except sqlite3.OperationalError:      # a state written before this table existed

@@ -11,10 +11,10 @@
 >>> cli = SlurmCLI(env={"SLURM_CONF": "/path/slurm.conf"})   # doctest: +SKIP
 >>> [j.job_id for j in cli.squeue_jobs(states=["PENDING"])]  # doctest: +SKIP
 """
-from .commands import SlurmCLI
-from .errors import SlurmError, SlurmTimeout
-from .models import ACTIVE_STATES, FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode, in_partition
-from .parse import (filter_jobs, parse_gpu_count, parse_nodes_json, parse_sbatch_parsable,
+from slurm_shockwave.slurm.commands import SlurmCLI
+from slurm_shockwave.slurm.errors import SlurmError, SlurmTimeout
+from slurm_shockwave.slurm.models import ACTIVE_STATES, FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode, in_partition
+from slurm_shockwave.slurm.parse import (filter_jobs, parse_gpu_count, parse_nodes_json, parse_sbatch_parsable,
                     parse_sinfo_json, parse_sprio_site, parse_squeue_json, parse_squeue_meta)
 
 __all__ = [

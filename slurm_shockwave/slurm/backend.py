@@ -23,19 +23,19 @@ from dataclasses import replace
 from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
 
-from ..backends.base import ServiceBackend
-from ..events.tracker import EventTracker
-from . import jobview, preflight
-from .commands import RESTART_GAP_SECONDS, SlurmCLI
-from .enact import Enactor, Observed, plan_reasons, reconcile, signal_time
-from .errors import SlurmError
-from .fairshare_round import FairShareRound
-from .gpu_types import GpuTypes
-from .hints import HintError, parse_hints
-from .models import ACTIVE_STATES, in_partition, node_in_partition
-from .nodes import NodePins, assigned_nodes, pin_value
-from .ownership import admin_comments, status_of
-from .preemptions import PreemptionLog
+from slurm_shockwave.backends.base import ServiceBackend
+from slurm_shockwave.events.tracker import EventTracker
+from slurm_shockwave.slurm import jobview, preflight
+from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS, SlurmCLI
+from slurm_shockwave.slurm.enact import Enactor, Observed, plan_reasons, reconcile, signal_time
+from slurm_shockwave.slurm.errors import SlurmError
+from slurm_shockwave.slurm.fairshare_round import FairShareRound
+from slurm_shockwave.slurm.gpu_types import GpuTypes
+from slurm_shockwave.slurm.hints import HintError, parse_hints
+from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
+from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
+from slurm_shockwave.slurm.ownership import admin_comments, status_of
+from slurm_shockwave.slurm.preemptions import PreemptionLog
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -132,7 +132,7 @@ class SlurmBackend(ServiceBackend):
 
     @classmethod
     def uninstall(cls, cfg) -> dict:
-        from .uninstall import uninstall
+        from slurm_shockwave.slurm.uninstall import uninstall
         return uninstall(cfg)
 
     def is_managed(self, job) -> dict | None:

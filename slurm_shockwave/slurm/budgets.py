@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .shares import ShareRow
+from slurm_shockwave.slurm.shares import ShareRow
 
 #: the smallest budget handed to the market (RawShares 0: it runs on what others leave)
 MIN_BUDGET = 1e-6

@@ -41,12 +41,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .errors import SlurmError, SlurmTimeout
-from .models import SlurmJob, SlurmNode
-from .parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
+from slurm_shockwave.slurm.errors import SlurmError, SlurmTimeout
+from slurm_shockwave.slurm.models import SlurmJob, SlurmNode
+from slurm_shockwave.slurm.parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
                     parse_sprio_site, parse_squeue_meta)
-from .queue_read import QueueReader, read_selected
-from .shapes import Meta
+from slurm_shockwave.slurm.queue_read import QueueReader, read_selected
+from slurm_shockwave.slurm.shapes import Meta
 
 #: seconds between first seeing a requeued job PENDING and releasing it / ``StartTime=now`` (Slurm 24.11 kills a
 #: restart whose credential dates from the same second as the requeue: see the module docstring)

@@ -31,8 +31,8 @@ import logging
 import re
 from dataclasses import dataclass
 
-from .errors import SlurmError, unreachable
-from .ownership import marked, parse_mark, unmarked
+from slurm_shockwave.slurm.errors import SlurmError, unreachable
+from slurm_shockwave.slurm.ownership import marked, parse_mark, unmarked
 
 #: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
 PIN_VERB = "place_nodes"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 from typing import Sequence
 
-from ..backends.base import BackendUnavailable
+from slurm_shockwave.backends.base import BackendUnavailable
 
 
 def one_line(text: str, limit: int = 500) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from .budgets import Budgets, compute
-from .shares import read_shares
+from slurm_shockwave.slurm.budgets import Budgets, compute
+from slurm_shockwave.slurm.shares import read_shares
 
 log = logging.getLogger("slurm_shockwave.slurm")
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from solver.types import GPU
 
-from .enact import Action
-from .models import SlurmJob, SlurmNode, in_partition, node_in_partition
+from slurm_shockwave.slurm.enact import Action
+from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
 
 log = logging.getLogger("slurm_shockwave.slurm")
 

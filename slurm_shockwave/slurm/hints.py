@@ -128,7 +128,7 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
         values[key] = number
     from pydantic import ValidationError
 
-    from ..validation import describe
+    from slurm_shockwave.validation import describe
     try:
         hints = _model()(**values)
     except ValidationError as e:

@@ -17,9 +17,9 @@ import os
 
 from solver.types import JobView
 
-from ..journal.record import SHORT_HISTORY
+from slurm_shockwave.journal.record import SHORT_HISTORY
 
-from .models import FINISHED_STATES, in_partition
+from slurm_shockwave.slurm.models import FINISHED_STATES, in_partition
 
 #: confidence of each source of epoch durations
 SOURCES = {"events": "high", "hint": "medium", "history": "medium", "time_limit": "low", "default": "low"}

@@ -26,9 +26,9 @@ import re
 
 from solver.types import GPU
 
-from .enact import PIN_VERB, Action
-from .gpu_types import gpu_entry
-from .models import node_in_partition
+from slurm_shockwave.slurm.enact import PIN_VERB, Action
+from slurm_shockwave.slurm.gpu_types import gpu_entry
+from slurm_shockwave.slurm.models import node_in_partition
 
 log = logging.getLogger("slurm_shockwave.slurm")
 

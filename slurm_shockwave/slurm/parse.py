@@ -35,12 +35,12 @@ from typing import Any, Iterable
 
 from pydantic import ValidationError
 
-from ..validation import describe
-from .errors import SlurmError, one_line
-from .gpu_types import GpuJob, GpuNode, job_extras, node_extras
-from .gpu_types import gpu_entry as _gpu_entry, split_top as _split_top
-from .models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
-from .shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
+from slurm_shockwave.validation import describe
+from slurm_shockwave.slurm.errors import SlurmError, one_line
+from slurm_shockwave.slurm.gpu_types import GpuJob, GpuNode, job_extras, node_extras
+from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry, split_top as _split_top
+from slurm_shockwave.slurm.models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
+from slurm_shockwave.slurm.shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
                      check_version, job_state_of, log, node_state_of, output_version, warn_once)
 
 _UINT32 = 2 ** 32

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..events.layout import USERS_DIR
-from .commands import SlurmCLI
-from .errors import SlurmError
-from .models import node_in_partition
+from slurm_shockwave.events.layout import USERS_DIR
+from slurm_shockwave.slurm.commands import SlurmCLI
+from slurm_shockwave.slurm.errors import SlurmError
+from slurm_shockwave.slurm.models import node_in_partition
 
 #: seconds per Slurm command during the check (a missing slurmctld should not keep `check` waiting long)
 CHECK_TIMEOUT = 15.0

@@ -20,10 +20,10 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from .errors import SlurmError, unreachable
-from .models import SlurmJob
-from .parse import parse_squeue_meta
-from .shapes import Meta
+from slurm_shockwave.slurm.errors import SlurmError, unreachable
+from slurm_shockwave.slurm.models import SlurmJob
+from slurm_shockwave.slurm.parse import parse_squeue_meta
+from slurm_shockwave.slurm.shapes import Meta
 
 #: ``squeue -O`` fields whose change makes the job's record be read again (not StartTime/EndTime: a pending job's
 #: estimate moves with every backfill pass; not the priority itself: its age part grows; held = priority 0)

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
-from .known_fields import KNOWN_JOB_FIELDS, KNOWN_NODE_FIELDS
+from slurm_shockwave.slurm.known_fields import KNOWN_JOB_FIELDS, KNOWN_NODE_FIELDS
 
 log = logging.getLogger("slurm_shockwave.slurm")
 

@@ -25,8 +25,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from .errors import SlurmError
-from .shapes import _num
+from slurm_shockwave.slurm.errors import SlurmError
+from slurm_shockwave.slurm.shapes import _num
 
 TEXT_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage", "FairShare",
                "LevelFS")

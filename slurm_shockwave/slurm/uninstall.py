@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..journal import StateStore
-from ..journal.lock import ControllerRunning, check_not_running
-from .commands import SlurmCLI
-from .hints import is_marked
-from .models import ACTIVE_STATES, in_partition
-from .nodes import journal_pins, our_pins_to_clear
-from .ownership import admin_comments, status_of, unmarked
+from slurm_shockwave.journal import StateStore
+from slurm_shockwave.journal.lock import ControllerRunning, check_not_running
+from slurm_shockwave.slurm.commands import SlurmCLI
+from slurm_shockwave.slurm.hints import is_marked
+from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition
+from slurm_shockwave.slurm.nodes import journal_pins, our_pins_to_clear
+from slurm_shockwave.slurm.ownership import admin_comments, status_of, unmarked
 
 __all__ = ["ControllerRunning", "uninstall"]
 

@@ -3,9 +3,9 @@
 ``from slurm_shockwave.wrapper import api`` gives the module-level API; ``Reporter`` and
 ``CheckpointManager`` are the class forms; ``Training`` owns both (restore, report, save on the signal).  ``torch_helpers`` imports torch lazily.
 """
-from . import api
-from .api import Reporter
-from .checkpoint import CheckpointManager
-from .training import Training
+from slurm_shockwave.wrapper import api
+from slurm_shockwave.wrapper.api import Reporter
+from slurm_shockwave.wrapper.checkpoint import CheckpointManager
+from slurm_shockwave.wrapper.training import Training
 
 __all__ = ["api", "Reporter", "CheckpointManager", "Training"]

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..events.schema import is_valid_job_id
-from ..events.store import ensure_job_dir
-from ..events.writer import EventWriter
-from .context import (DEFAULT_SIGNAL, ENV_CKPT_SIGNAL, ENV_EVENT_FILE, ENV_JOB_ID,
+from slurm_shockwave.events.schema import is_valid_job_id
+from slurm_shockwave.events.store import ensure_job_dir
+from slurm_shockwave.events.writer import EventWriter
+from slurm_shockwave.wrapper.context import (DEFAULT_SIGNAL, ENV_CKPT_SIGNAL, ENV_EVENT_FILE, ENV_JOB_ID,
                       ENV_REQUEST_FILE, ENV_RESTART, ENV_STORE, count_gpus, parse_signal, warn)
 
 _flag = threading.Event()       # process-wide "checkpoint requested"

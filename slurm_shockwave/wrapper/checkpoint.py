@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .context import warn
+from slurm_shockwave.wrapper.context import warn
 
 FORMAT = 1
 

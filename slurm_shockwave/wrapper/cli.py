@@ -28,10 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..events.store import ensure_job_dir
-from ..events.writer import EventWriter
-from . import outcome
-from .context import ENV_EVENT_FILE, ENV_STORE, JobContext, count_gpus, parse_signal, warn
+from slurm_shockwave.events.store import ensure_job_dir
+from slurm_shockwave.events.writer import EventWriter
+from slurm_shockwave.wrapper import outcome
+from slurm_shockwave.wrapper.context import ENV_EVENT_FILE, ENV_STORE, JobContext, count_gpus, parse_signal, warn
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -211,8 +211,8 @@ class Runner:
     def _own_events(self):
         """(events, summary) of this job from the store, or None when they cannot be read."""
         try:
-            from ..events.reader import EventReader
-            from ..events.summary import summarize
+            from slurm_shockwave.events.reader import EventReader
+            from slurm_shockwave.events.summary import summarize
             events = EventReader(self.ctx.store).read_job(self.ctx.job_id, expected_uid=os.geteuid()).events
             return events, summarize(events)
         except Exception:  # noqa: BLE001 - the callers decide what an unreadable store means

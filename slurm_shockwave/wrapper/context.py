@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .. import site
-from ..events.schema import check_job_id
-from ..events.store import job_event_path
+from slurm_shockwave import site
+from slurm_shockwave.events.schema import check_job_id
+from slurm_shockwave.events.store import job_event_path
 
 ENV_STORE = "SHOCKWAVE_STORE"
 ENV_EVENT_FILE = "SHOCKWAVE_EVENT_FILE"

@@ -64,7 +64,7 @@ def job_info(job_id: str, env: Mapping[str, str] = os.environ, run=subprocess.ru
 def hinted_epochs(comment: str, marker: str = "shockwave") -> int | None:
     """The ``epochs=`` hint of the job's comment (None if absent or invalid)."""
     try:
-        from ..slurm.hints import parse_hints
+        from slurm_shockwave.slurm.hints import parse_hints
         hints = parse_hints(comment, marker)
     except Exception:  # noqa: BLE001 - an invalid hint is the controller's business, not ours
         return None

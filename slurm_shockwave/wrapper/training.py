@@ -29,9 +29,9 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, Protocol
 
-from . import api
-from .checkpoint import CheckpointManager
-from .context import warn
+from slurm_shockwave.wrapper import api
+from slurm_shockwave.wrapper.checkpoint import CheckpointManager
+from slurm_shockwave.wrapper.context import warn
 
 
 class Stateful(Protocol):

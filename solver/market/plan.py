@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
-from ..placement import Packer
+from solver.placement import Packer
 
 
 def _greedy_priority(order, gpus, counts, G, W):

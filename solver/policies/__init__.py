@@ -2,7 +2,7 @@
 and the registry finds it.  `make_policy(name)` builds one by name."""
 from __future__ import annotations
 
-from .base import Policy
-from .registry import all_policies, default_policy, make_policy, policy_class, policy_names
+from solver.policies.base import Policy
+from solver.policies.registry import all_policies, default_policy, make_policy, policy_class, policy_names
 
 __all__ = ["Policy", "all_policies", "default_policy", "make_policy", "policy_class", "policy_names"]

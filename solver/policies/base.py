@@ -32,7 +32,7 @@ class Policy:
             for attr in ("aliases", "reference_name"):      # another policy's other names are not this one's
                 if attr not in cls.__dict__:
                     setattr(cls, attr, getattr(Policy, attr))
-            from .registry import register
+            from solver.policies.registry import register
             register(cls)
 
     def __init__(self, config: BaseModel | Mapping | None = None) -> None:

@@ -15,7 +15,8 @@ earliest fair-finish deadline first).  Not a policy itself (no label, so the reg
 * No starvation (this project's fix, kept by both): a job that has not run for B = ``starvation_rounds`` rounds
   (default 2W) runs first, longest wait first, head of line never skipped; it waits at most
   B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (docs/performance.md).
-* The fallback when there is neither a plan nor a solution: least attained service first (max_min_round).
+* No fallback of its own: when there is neither a plan nor a solution, `decide` raises PlanUnavailable and the round
+  loop runs the one fallback (slurm_shockwave/controller/loop.py) and counts it.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ import time
 from typing import Mapping
 
 from solver.market.fairshare import FairShareTracker, rho_hat, user_shares
-from solver.market.plan import max_min_round
 from solver.placement import Packer
 from solver.policies.base import Policy
 from solver.predictor import RegimeSummary, done_duration_from_summary, predict_remaining
@@ -34,10 +34,14 @@ from solver.types import ClusterView, JobPlan, RoundDecision
 log = logging.getLogger("solver.market")
 
 
+class PlanUnavailable(RuntimeError):
+    """The window cannot be planned this round and no earlier plan covers it: the caller's fallback decides."""
+
+
 class ShockwaveBase(Policy):
     """Subclasses give `_fill_order` (who takes GPUs freed since the plan was made, with per-job details for
-    explain) and `_plan_window` (sets plan, plan_rules, plan_meta; may raise: the cached plan, else the fallback,
-    is used).  ``restate``: the predictor's restatement rule (solver/predictor.py), the reference's by default."""
+    explain) and `_plan_window` (sets plan, plan_rules, plan_meta; may raise: the cached plan is used, else
+    `decide` raises PlanUnavailable).  ``restate``: the predictor's restatement rule (solver/predictor.py), the reference's by default."""
 
     restate = "reference"
 
@@ -86,15 +90,9 @@ class ShockwaveBase(Policy):
 
     # ------------------------------------------------------------------ decide
     def decide(self, view: ClusterView) -> RoundDecision:
-        try:
-            return self._decide(view)
-        except Exception:  # never raise out of decide(): least attained service first instead
-            log.exception("%s: decide failed in round %s; max-min fallback", self.name, view.round_index)
-            try:
-                return self._fallback(view, {}, "fallback", 0.0)
-            except Exception:
-                log.exception("%s: fallback failed", self.name)
-                return RoundDecision((), path="fallback")
+        """This round's decision.  A failure raises (PlanUnavailable when the window cannot be planned and no
+        earlier plan covers the round): the round loop runs the one fallback and counts it."""
+        return self._decide(view)
 
     def _decide(self, view: ClusterView) -> RoundDecision:
         r = int(view.round_index)
@@ -115,12 +113,13 @@ class ShockwaveBase(Policy):
                 self._plan_window(view, est, share, fill, fresh)
                 self.last_solve_round = r
                 path = "solved"
-            except Exception as exc:
-                log.warning("%s: window plan failed in round %d (%s)", self.name, r, exc)
-                path = "cached" if r in self.plan else "fallback"
+            except Exception as exc:  # the plan of an earlier round still covers this one: keep it (logged)
+                if r not in self.plan:
+                    raise PlanUnavailable(f"{self.name}: the window cannot be planned in round {r} and no "
+                                          f"earlier plan covers it ({type(exc).__name__}: {exc})") from exc
+                log.warning("%s: window plan failed in round %d (%s); the cached plan is kept", self.name, r, exc)
+                path = "cached"
             solve_time = time.perf_counter() - t0
-        if path == "fallback":
-            return self._fallback(view, est, path, solve_time)
         return self._from_plan(view, est, path, solve_time, fill, fresh)
 
     def _track(self, view: ClusterView, r: int) -> None:
@@ -281,16 +280,3 @@ class ShockwaveBase(Policy):
         return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time, solver_status=self.last_status,
                              window_rounds=self.config.future_rounds)
 
-    def _fallback(self, view: ClusterView, est: dict, path: str, solve_time: float) -> RoundDecision:
-        log.warning("%s: round %s uses the max-min fairness fallback", self.name, view.round_index)
-        rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type,
-                 j.throughput_by_type) for j in view.jobs]          # older first on ties
-        run = max_min_round(rows, view.capacity)
-        for jid in run:
-            self.last_ran[str(jid)] = int(view.round_index)
-        chosen = set(run)
-        plans = {j.job_id: JobPlan(j.job_id, rule="fallback" if j.job_id in chosen else "",
-                                   next_offset=0 if j.job_id in chosen else None, weight=j.weight,
-                                   predicted_remaining_s=est.get(j.job_id, {}).get("remaining"))
-                 for j in view.jobs}
-        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time)

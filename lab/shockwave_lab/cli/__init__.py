@@ -1,0 +1,1 @@
+"""The `shockwave` sub-commands of the lab (entry points ``slurm_shockwave.commands``)."""

@@ -1,0 +1,147 @@
+"""The replay's simulated column, and the two columns side by side.
+
+The simulated column runs the same JobSpecs (same users) through the simulator with the restart cost measured in
+the real run (collect.py) as its `restart_penalty` and as its preemption gate's cost (the controller gates
+preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds that end early
+as the controller's do (a job ends while another waits: the replay controller's poll and min gap, site.py
+`model_early_rounds`), on the real cluster's nodes (each gang on one node, solver/nodes.py).
+
+For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy with the real
+cluster's settings in trace seconds (site.py): its PriorityCalcPeriod, and rounds of its scheduler pass (1 s of wall
+time) rather than 120 s.  `spread` runs either with the arrivals moved by up to 1 s of wall time, as the real
+cluster moves them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+
+from solver.policies import make_policy, policy_class
+
+from slurm_shockwave.controller.loop import RoundLoop
+from shockwave_lab.metrics import compute
+from shockwave_lab.sim.cluster import SimulatedCluster
+from shockwave_lab.replay.collect import figures, user_share
+from shockwave_lab.replay.site import model_early_rounds, model_round_s, model_settings
+
+SLURM_MODEL = "slurm-multifactor"
+KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), ("worst_rho", "worst rho", 3),
+        ("unfair_fraction", "unfair fraction (rho > 1.05, %)", 1),
+        ("ftf_dynamic_worst", "dynamic FTF worst", 3), ("ftf_dynamic_p95", "dynamic FTF p95", 3),
+        ("ftf_dynamic_unfair", "dynamic FTF unfair (%)", 1), ("restarts", "restarts", 0),
+        ("wasted_preemptions", "wasted preemptions", 0), ("utilization", "GPU utilisation", 3))
+SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
+
+
+def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
+             time_scale: float | None = None, round_s: float = 120.0, early: bool = True) -> dict:
+    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)
+    and of its controller's early rounds (None: production's); `round_s`: the controller's round in trace seconds
+    (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones)."""
+    model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
+    site = policy == "slurm" and time_scale
+    cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else round_s,
+                               restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
+                               early_rounds=model_early_rounds(time_scale, round_s)
+                               if early and policy != "slurm" else None)
+    loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if site else None),
+                     keep_records=True, mode="authoritative",
+                     preemption_cost_s=restart_cost if policy != "slurm" else None)
+    loop.run()
+    m = compute(model, cluster.finished, gpus, n_trace=len(specs), busy_gpu_seconds=cluster.busy_gpu_seconds,
+                start_time=min(s.arrival_time for s in specs))
+    finish = {r.job_id: r.finish_time for r in cluster.finished}
+    spec = {s.job_id: s for s in specs}
+    intervals = []
+    for i, rec in enumerate(loop.records):
+        end = loop.records[i + 1].view.now if i + 1 < len(loop.records) else max(finish.values())
+        for jid in rec.decision.run:
+            s = spec[jid]
+            intervals.append((s.user, rec.view.now, min(end, finish.get(jid, end)), s.num_gpus))
+    out = figures(m)
+    out.update(policy=model, restarts=sum(r.restarts for r in cluster.finished),
+               wasted_preemptions=loop.preemptions["wasted"], preemptions=loop.preemptions["preempted"],
+               rounds=loop.rounds, restart_penalty_s=restart_cost,
+               user_share=_share(intervals, cluster.finished),
+               per_job={f"t{int(r.job_id):03d}": round(r.jct, 1) for r in cluster.finished})
+    return out
+
+
+def _share(intervals, records) -> dict:
+    arrivals, finishes = {}, {}
+    for r in records:
+        arrivals.setdefault(r.user, []).append(r.arrival_time)
+        finishes.setdefault(r.user, []).append(r.finish_time)
+    return user_share(intervals, arrivals, finishes)
+
+
+def spread(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float, time_scale: float,
+           runs: int = 16, seed: int = 0) -> dict:
+    """The simulated column's spread: `runs` simulations of the same jobs, each one's arrival delayed by a uniform
+    draw in [0, `time_scale`] trace seconds (up to 1 s of wall time: what a submission and a scheduler pass take on
+    the real cluster).  Delays that small move the 120-job trace's makespan by several percent under plain Slurm (a
+    different job ends last; the makespans fall in two groups), so one real run is read against this range and
+    the mean, not one simulation.  Returns {key: {"mean", "median", "min", "max"}} for the headline figures, and
+    "runs" and "jitter_s"."""
+    rng = random.Random(seed)
+    got = []
+    for _ in range(runs):
+        moved = [dataclasses.replace(s, arrival_time=s.arrival_time + rng.uniform(0.0, time_scale)) for s in specs]
+        got.append(simulate(moved, table, gpus, nodes, policy, restart_cost, time_scale))
+    out = {"runs": runs, "jitter_s": time_scale}
+    for key in SPREAD_KEYS:
+        values = [g[key] for g in got if g.get(key) is not None]
+        if values:
+            out[key] = {"mean": statistics.fmean(values), "median": statistics.median(values), "min": min(values),
+                        "max": max(values)}
+    return out
+
+
+def deviation(real: dict, sim: dict) -> dict:
+    """real / simulated - 1 for times; differences (real - simulated) for ratios and percentages."""
+    out = {}
+    for k in ("makespan_s", "avg_jct_s"):
+        if real.get(k) and sim.get(k):
+            out[k] = real[k] / sim[k] - 1.0
+    for k in ("worst_rho", "unfair_fraction", "ftf_dynamic_worst", "ftf_dynamic_unfair"):
+        if real.get(k) is not None and sim.get(k) is not None:
+            out[k] = real[k] - sim[k]
+    return out
+
+
+def _fmt(v, nd) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{nd}f}"
+
+
+def rows(result: dict) -> list[list[str]]:
+    """[label, real, simulated, deviation] rows of one replay's result."""
+    real, sim, dev = result["real"], result["simulated"], result.get("deviation", {})
+    out = []
+    for key, label, nd in KEYS:
+        d = dev.get(key)
+        dtext = "" if d is None else (f"{100 * d:+.1f}%" if key.endswith("_s") else f"{d:+.{max(nd, 1)}f}")
+        out.append([label, _fmt(real.get(key), nd), _fmt(sim.get(key), nd), dtext])
+    for u in sorted(set(real.get("user_share") or {}) | set(sim.get("user_share") or {})):
+        a, b = (real.get("user_share") or {}).get(u), (sim.get("user_share") or {}).get(u)
+        out.append([f"GPU share {u}", "-" if a is None else f"{100 * a:.1f}%", "-" if b is None else f"{100 * b:.1f}%",
+                    "" if a is None or b is None else f"{100 * (a - b):+.1f} pt"])
+    return out
+
+
+def render_text(result: dict) -> str:
+    head = ["", "real", f"simulated ({result['simulated'].get('policy')})", "real vs simulated"]
+    table = [head, *rows(result)]
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in table]
+    return "\n".join(lines)
+
+
+def render_markdown(result: dict) -> str:
+    head = ["", "real", f"simulated ({result['simulated'].get('policy')})", "real vs simulated"]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows(result)]
+    return "\n".join(out)

@@ -1,0 +1,101 @@
+"""What the replay submits: one emulated job per trace job, with everything the job and the simulator share.
+
+A trace job (workload/jobs.py JobSpec, completed with its schedule by simulate.load_workload) becomes a
+`ReplayJob`: its batch size for every epoch (`profiles.schedule_of`: the GNS doubling schedule or Accordion's
+critical regimes, exactly what the simulator's job follows), its epoch duration in trace seconds at each of
+those batch sizes on its GPUs (samples / bs / throughput, the simulator's own formula), its GPUs, arrival and
+user (round robin over `users`).  The emulated program (replay/emujob.py) sleeps each epoch's duration
+divided by the time scale; the simulator runs the same JobSpecs.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shockwave_lab.workload import profiles
+from shockwave_lab.workload.jobs import JobSpec
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    index: int                    # the trace job's id (its line in the trace)
+    name: str
+    user: str
+    model: str
+    mode: str                     # static | gns | accordion
+    gpus: int
+    arrival_s: float              # trace seconds
+    samples: int
+    schedule: tuple[int, ...]     # batch size of every epoch
+    epoch_s: dict = field(default_factory=dict)   # batch size -> epoch duration in trace seconds on `gpus`
+    isolated_s: float = 0.0       # exclusive run time (the FTF denominator, as the simulator's)
+    max_bs: int = 0               # the largest batch size it declares (JobSpec.declared_max_bs, as the simulator's
+    #                               view shows it: not where its schedule happens to stop); 0 = its schedule's
+
+    @property
+    def declared_max_bs(self) -> int:
+        return max(self.max_bs, *self.schedule)
+
+    @property
+    def epochs(self) -> int:
+        return len(self.schedule)
+
+    @property
+    def work_s(self) -> float:
+        """Trace seconds of work under its schedule (what the emulated program sleeps, times the scale)."""
+        return sum(self.epoch_s[bs] for bs in self.schedule)
+
+    def time_limit_min(self, time_scale: float, factor: float) -> int:
+        """The user's time limit (`sbatch --time`, minutes): `factor` x the job's run time alone at its first batch
+        size (every epoch at it: the longest its schedule can take), in wall time."""
+        import math
+        return max(1, math.ceil(factor * self.epochs * self.epoch_s[self.schedule[0]] / time_scale / 60.0))
+
+    def comment(self, time_scale: float) -> str:
+        """The managed job's hints (slurm/hints.py): what a researcher would declare, in wall seconds."""
+        return (f"shockwave epochs={self.epochs} bs={self.schedule[0]} min_bs={min(self.schedule)} "
+                f"max_bs={self.declared_max_bs} samples={self.samples} "
+                f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}")
+
+    def spec(self, time_scale: float) -> dict:
+        """The emulated program's input (a JSON file next to the job's work directory)."""
+        return {"name": self.name, "epochs": self.epochs, "schedule": list(self.schedule),
+                "epoch_s": {str(k): v for k, v in self.epoch_s.items()}, "samples": self.samples,
+                "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": self.declared_max_bs}
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["epoch_s"] = {str(k): v for k, v in self.epoch_s.items()}
+        return d
+
+
+def users(n: int, prefix: str = "swreplay") -> list[str]:
+    return [f"{prefix}-u{i + 1}" for i in range(max(1, n))]
+
+
+def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[ReplayJob]:
+    """One ReplayJob per JobSpec (in arrival order), users assigned round robin."""
+    out = []
+    for i, s in enumerate(sorted(specs, key=lambda s: (s.arrival_time, s.job_id))):
+        sched = tuple(profiles.schedule_of(s))
+        durations = {}
+        for bs in sorted(set(sched)):
+            thr = throughputs.get(s.model, bs, s.num_gpus) or throughputs.get(s.model, s.initial_bs, s.num_gpus)
+            durations[bs] = s.samples / bs / thr
+        out.append(ReplayJob(index=int(s.job_id), name=f"t{int(s.job_id):03d}", user=user_names[i % len(user_names)],
+                             model=s.model, mode=s.mode, gpus=s.num_gpus, arrival_s=float(s.arrival_time),
+                             samples=s.samples, schedule=sched, epoch_s=durations,
+                             isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs))
+    return out
+
+
+def with_users(specs: list[JobSpec], jobs: list[ReplayJob]) -> list[JobSpec]:
+    """The JobSpecs with the replay's users (the simulator's per-user figures use them)."""
+    import dataclasses
+    by = {j.index: j.user for j in jobs}
+    return [dataclasses.replace(s, user=by.get(int(s.job_id), s.user)) for s in specs]
+
+
+def write_spec(path: Path, job: ReplayJob, time_scale: float) -> None:
+    path.write_text(json.dumps(job.spec(time_scale)))

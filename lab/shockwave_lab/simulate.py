@@ -1,0 +1,104 @@
+"""Run a workload through the round loop on a SimulatedCluster and score it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from solver.policies import default_policy, make_policy
+
+from slurm_shockwave.controller.loop import RoundLoop
+from shockwave_lab.data_files import bundled_profile_for
+from slurm_shockwave.plugins import load_policy_plugins
+from shockwave_lab.metrics import Metrics, compute, lower_bound
+from shockwave_lab.sim.cluster import SimulatedCluster
+from shockwave_lab.workload import gpu_types, profiles
+from shockwave_lab.workload.errors import WorkloadError
+from shockwave_lab.workload.spec import read_spec
+from shockwave_lab.workload.throughputs import ThroughputTable
+from shockwave_lab.workload.trace import read_trace
+
+
+@dataclass
+class SimResult:
+    metrics: Metrics
+    records: list
+    rounds: int
+    wall_seconds: float
+    decide_seconds: float
+    fallbacks: int
+    utilization_timeline: list = field(default_factory=list)
+    round_log: list = field(default_factory=list)
+    decided_by: dict = field(default_factory=dict)      # {scope: {rule: share of GPU-rounds}} (RoundLoop)
+
+    def to_json(self) -> dict:
+        m = self.metrics
+        return {**m.summary(), "rounds": self.rounds, "wall_seconds": round(self.wall_seconds, 3),
+                "decide_seconds": round(self.decide_seconds, 3), "fallbacks": self.fallbacks,
+                "decided_by": self.decided_by,
+                "jobs_detail": [{"job_id": r.job_id, "user": r.user, "account": r.account, "gpus": r.num_gpus,
+                                 "arrival": r.arrival_time, "finish": r.finish_time, "jct": r.jct, "rho": rho,
+                                 "restarts": r.restarts, "isolated_runtime": r.isolated_runtime}
+                                for r, rho in zip(sorted(self.records, key=lambda r: (r.arrival_time, str(r.job_id))),
+                                                  m.rho)],
+                "utilization_timeline": self.utilization_timeline}
+
+
+def load_workload(path, throughputs: ThroughputTable, num_gpus: int, profile=None):
+    """Jobs from a reference .trace or our job-spec file (.toml/.json/.jsonl), completed with schedules."""
+    path = Path(path)
+    if path.suffix.lower() in (".toml", ".json", ".jsonl"):
+        jobs = read_spec(path, num_gpus=num_gpus, throughputs=throughputs)
+    else:
+        jobs = read_trace(path, num_gpus=num_gpus, throughputs=throughputs)
+        profile = profile or bundled_profile_for(path, throughputs.source)
+        if profile:
+            jobs = profiles.apply_profile(jobs, profiles.load_profile(profile), source=profile)
+        else:
+            jobs = profiles.apply_reference_patterns(jobs, throughputs)
+    return profiles.complete(jobs, throughputs)
+
+
+def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> float:
+    """metrics.lower_bound with each job's exclusive time = the smaller of its profiled one (the FTF
+    denominator) and the one under the schedule the simulator applies (they differ for Accordion jobs: the
+    reference's profile forces the first 30% of epochs critical, its simulator does not), so it is a lower
+    bound in this simulator too.  On a cluster of several types (`cluster`: the SimulatedCluster) both are on the
+    job's reference type, its fastest: no type does the work sooner."""
+    def simulated(j):
+        if cluster is None or not gpu_types.typed(cluster.capacity):
+            return profiles.isolated_runtime(j, throughputs)
+        return gpu_types.schedule_time(j, cluster.tables[cluster.reference_types[j.job_id]])
+    return lower_bound([(j.arrival_time, min(j.isolated_runtime, simulated(j)), j.num_gpus) for j in jobs], num_gpus)
+
+
+def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
+                   policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
+                   restart_penalty: float = 20.0, gpus_per_node: int | None = None,
+                   early_rounds: tuple[float, float] | None = None) -> SimResult:
+    """`num_gpus`: a number (one untyped pool) or {GPU type: count} (workload/gpu_types.py: `throughputs` is then
+    the file, or {type: table} with the v100 column); `gpus_per_node`: each gang on one node of that many GPUs
+    (None: each type one pool, as the reference); `early_rounds`: (poll, min gap) seconds of the controller's
+    event-driven rounds (sim/cluster.py; None: the reference's rounds)."""
+    capacity = gpu_types.capacity_of(num_gpus)
+    num_gpus = sum(capacity.values())
+    if num_gpus <= 0 or min(capacity.values()) <= 0:
+        raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {dict(capacity)}")
+    table, tables = gpu_types.tables_for(throughputs, capacity)
+    jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
+    if gpu_types.typed(capacity):
+        jobs = gpu_types.retype(jobs, table, tables, capacity)
+    load_policy_plugins()
+    pol = make_policy(policy or default_policy().name, policy_config)
+    cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
+                               round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node,
+                               early_rounds=early_rounds)
+    loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
+    started = time.perf_counter()
+    loop.run()
+    wall = time.perf_counter() - started
+    metrics = compute(pol.name, cluster.finished, num_gpus, n_trace=len(jobs),
+                      busy_gpu_seconds=cluster.busy_gpu_seconds, start_time=min(j.arrival_time for j in jobs),
+                      lb=workload_lower_bound(jobs, table, num_gpus, cluster), usage=cluster.usage_log)
+    return SimResult(metrics, cluster.finished, loop.rounds, wall, loop.decide_seconds, loop.fallbacks,
+                     cluster.utilization_timeline, loop.records, loop.decided_by())

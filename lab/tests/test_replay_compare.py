@@ -1,0 +1,101 @@
+"""The replay's simulated column (slurm_shockwave/replay/compare.py), no Slurm: plain Slurm's model decides at the
+cluster's scheduler passes, and the spread of simulations with arrivals moved by up to a wall second."""
+import pytest
+
+from shockwave_lab.data_files import experiment_paths
+from shockwave_lab.replay import compare
+from shockwave_lab.replay.api import load
+from shockwave_lab.replay.site import model_round_s
+from shockwave_lab.workload.generate import generate, trace_text
+from shockwave_lab.workload.throughputs import ThroughputTable
+from test_replay_slurm import CI_TRACE
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path_factory.mktemp("compare") / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    _jobs, specs, table = load(trace, thr, 8, 3)
+    return specs, table
+
+
+def test_plain_slurms_model_decides_at_each_scheduler_pass_the_controllers_every_120_s(inputs):
+    specs, table = inputs
+    slurm = compare.simulate(specs, table, 8, 2, "slurm", 4.0, 30.0)
+    shockwave = compare.simulate(specs, table, 8, 2, "shockwave-edf", 4.0, 30.0)
+    assert model_round_s(30.0) == 30.0 and model_round_s(40.0) == 40.0
+    assert slurm["policy"] == "slurm-multifactor" and slurm["jobs"] == shockwave["jobs"] == 12
+    # rounds of 30 s against 120 s over makespans of the same order
+    assert slurm["rounds"] / slurm["makespan_s"] > 2.5 * shockwave["rounds"] / shockwave["makespan_s"]
+
+
+def test_the_spread_moves_arrivals_by_up_to_the_time_scale_and_summarises_each_figure(inputs, monkeypatch):
+    specs, table = inputs
+    seen = []
+    real_simulate = compare.simulate
+
+    def spy(moved, *a, **k):
+        seen.append(sorted(m.arrival_time - s.arrival_time for m, s in zip(moved, specs)))
+        return real_simulate(moved, *a, **k)
+
+    monkeypatch.setattr(compare, "simulate", spy)
+    out = compare.spread(specs, table, 8, 2, "slurm", 4.0, 30.0, runs=4)
+    assert out["runs"] == 4 and out["jitter_s"] == 30.0 and len(seen) == 4
+    assert all(0.0 <= d <= 30.0 for run in seen for d in run) and len({tuple(r) for r in seen}) == 4
+    for key in compare.SPREAD_KEYS:
+        v = out[key]
+        assert v["min"] <= v["median"] <= v["max"] and v["min"] <= v["mean"] <= v["max"]
+    again = compare.spread(specs, table, 8, 2, "slurm", 4.0, 30.0, runs=4)
+    assert again == out                                   # seeded: the same spread for the same inputs
+
+
+def test_the_simulators_view_declares_what_the_emulated_job_declares(tmp_path):
+    """Both sides' predictors see the same declared batch-size range: a static job none above its own, an adaptive
+    one the trace's maximum (not where its schedule happens to stop).  On the demo's trace: every mode."""
+    from shockwave_lab.demo.emulated import demo_trace
+    from shockwave_lab.replay.plan import plan_jobs, users
+    from shockwave_lab.sim.cluster import SimulatedCluster
+    from shockwave_lab.sim.job import SimJob
+    _jobs, specs, table = load(*demo_trace(tmp_path), 8, 3)
+    planned = {j.index: j for j in plan_jobs(specs, table, users(3))}
+    cluster = SimulatedCluster(specs, table, 8)
+    modes = set()
+    for s in specs:
+        view = cluster._view(SimJob(s, table))
+        declared = planned[int(s.job_id)].spec(30.0)
+        assert (view.min_batch_size, view.max_batch_size) == (declared["min_bs"], declared["max_bs"])
+        assert f"max_bs={declared['max_bs']} " in planned[int(s.job_id)].comment(30.0)
+        if s.mode == "static":
+            assert view.max_batch_size == s.initial_bs
+        else:
+            assert view.max_batch_size == s.max_bs >= max(planned[int(s.job_id)].schedule)
+        modes.add(s.mode)
+    assert modes == {"static", "gns", "accordion"}
+
+
+
+def test_the_replays_controller_and_its_model_start_early_rounds_alike(inputs, tmp_path):
+    """The replay's controller polls for freed GPUs as production does at 120 s rounds (5 s), scaled, but no more
+    often than every 0.5 wall s; its simulated column ends rounds early at the same times in trace seconds."""
+    import shutil
+    import types
+
+    from slurm_shockwave.controller.config import ControllerConfig, load_config
+    from shockwave_lab.replay.run import Replay
+    from shockwave_lab.replay.site import controller_timing, model_early_rounds
+    assert ControllerConfig(round_seconds=120.0).early_round_timing == (5.0, 5.0)
+    assert controller_timing(4.0) == (1.25, 1.25) and controller_timing(30.0) == (0.5, 0.5)
+    assert model_early_rounds(30.0) == (15.0, 15.0) and model_early_rounds(None) == (5.0, 5.0)
+    run = Replay([], gpus=8, nodes=2, time_scale=30.0)
+    try:
+        run.cluster = types.SimpleNamespace(partition="gpu", bin_dir=None, env={"SLURM_CONF": "/nonexistent"})
+        (tmp_path / "c.toml").write_text(run.config_text())
+        cfg = load_config(tmp_path / "c.toml")
+    finally:
+        shutil.rmtree(run.root)
+    assert cfg.round_seconds == 4.0 and cfg.early_round_timing == controller_timing(30.0)
+    specs, table = inputs
+    early = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0)
+    plain = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0, early=False)
+    assert early["rounds"] > plain["rounds"] and early["makespan_s"] != plain["makespan_s"]

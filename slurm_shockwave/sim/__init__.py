@@ -1,4 +1,0 @@
-"""The simulated cluster backend: the reference simulator's semantics, driven by our round loop."""
-from .cluster import SimulatedCluster
-
-__all__ = ["SimulatedCluster"]
