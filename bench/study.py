@@ -1,6 +1,6 @@
-"""`python bench/study.py ...`: the lab's shockwave_lab.bench.study (its --help says what it does)."""
+"""`python bench/study.py ...`: the lab's shockwave_lab.bench.study_cli (its --help says what it does)."""
 import sys
 
-from shockwave_lab.bench.study import main
+from shockwave_lab.bench.study_cli import main
 
 sys.exit(main())

@@ -12,15 +12,13 @@ It shows what the issue's targets ask of a policy on these workloads (docs/resul
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from shockwave_lab.bench import ROOT
 
 import shockwave_lab.simulate as sim
 from solver.types import Policy, RoundDecision
-from shockwave_lab.bench.study import ALL, SWEEP, trace_file
+from shockwave_lab.bench.study_traces import ALL, SWEEP, trace_file
 
 
 class CriticalThenDeadline(Policy):

@@ -13,11 +13,9 @@ semantics) and the three bundled reference traces.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shockwave_lab.bench import ROOT
 
 from shockwave_lab.data_files import THROUGHPUTS, experiment_paths
 from shockwave_lab.workload.generate import GeneratorOptions, generate, trace_text
