@@ -15,9 +15,11 @@ round with a reason; the rest of the round runs.
 * `assign_nodes(view, decision, moves=True)`: the decision with `nodes` (job -> node names), the jobs that fit no
   node dropped from `run`, `placement` and their plan's rule; the decision itself when the view has no nodes.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from solver.types import ClusterView, JobPlan, RoundDecision
 
@@ -25,7 +27,17 @@ NO_NODE = "no node has room for its {n}-GPU gang this round"
 USER_NODES = "the nodes its user asked for ({nodes}) have no room for its {n}-GPU gang this round"
 
 
-def _fit(free: dict, sizes: dict, types: dict, gpu_type: str, gpus: int, prefer: tuple = ()) -> tuple | None:
+_Nodes = tuple[str, ...]
+
+
+def _fit(
+    free: dict[str, int],
+    sizes: dict[str, int],
+    types: dict[str, str],
+    gpu_type: str,
+    gpus: int,
+    prefer: _Nodes = (),
+) -> _Nodes | None:
     """Nodes for a gang of `gpus` GPUs of `gpu_type` on the nodes' `free` GPUs: `prefer` (its current nodes) when
     they still have room, else the best fit of one node, else whole free nodes; None when nothing fits."""
     if prefer and all(types.get(n) == gpu_type for n in prefer):
@@ -39,22 +51,29 @@ def _fit(free: dict, sizes: dict, types: dict, gpu_type: str, gpus: int, prefer:
     for size in sorted({sizes[n] for n in whole}, reverse=True):
         same = [n for n in whole if sizes[n] == size]
         if gpus % size == 0 and len(same) >= gpus // size:
-            return tuple(same[:gpus // size])
+            return tuple(same[: gpus // size])
     return None
 
 
-def _take(free: dict, nodes: tuple, gpus: int) -> None:
+def _take(free: dict[str, int], nodes: _Nodes, gpus: int) -> None:
     for n in nodes:
         free[n] -= gpus // len(nodes)
 
 
-def _pack(view: ClusterView, order: list, gangs: dict, kinds: dict, current: dict, moves: bool,
-          required: dict) -> dict:
+def _pack(
+    view: ClusterView,
+    order: list[Any],
+    gangs: dict[Any, int],
+    kinds: dict[Any, str],
+    current: dict[Any, _Nodes],
+    moves: bool,
+    required: dict[Any, _Nodes],
+) -> dict[Any, _Nodes]:
     free = {n: int(g) for n, (_t, g) in view.nodes.items()}
     sizes = dict(free)
     types = {n: t for n, (t, _g) in view.nodes.items()}
-    out: dict = {}
-    for want in (current, required):         # running jobs stay where they run; then the nodes a user asked for
+    out: dict[Any, _Nodes] = {}
+    for want in (current, required):  # running jobs stay where they run; then the nodes a user asked for
         for jid in order:
             if jid not in out and want.get(jid) and required.get(jid, want[jid]) == want[jid]:
                 got = _fit(free, sizes, types, kinds[jid], gangs[jid], want[jid])
@@ -62,7 +81,7 @@ def _pack(view: ClusterView, order: list, gangs: dict, kinds: dict, current: dic
                     out[jid] = got
                     _take(free, got, gangs[jid])
     rest = [j for j in order if j not in out and j not in required]
-    for jid in sorted(rest, key=lambda j: -gangs[j]):   # then best fit, largest first
+    for jid in sorted(rest, key=lambda j: -gangs[j]):  # then best fit, largest first
         got = _fit(free, sizes, types, kinds[jid], gangs[jid])
         if got is None and moves and gangs[jid] <= max(sizes.values()):
             got = _evict(free, sizes, types, out, gangs, kinds, jid, set(required))
@@ -72,18 +91,30 @@ def _pack(view: ClusterView, order: list, gangs: dict, kinds: dict, current: dic
     return out
 
 
-def _evict(free: dict, sizes: dict, types: dict, out: dict, gangs: dict, kinds: dict, jid,
-           fixed: set) -> tuple | None:
+def _evict(
+    free: dict[str, int],
+    sizes: dict[str, int],
+    types: dict[str, str],
+    out: dict[Any, _Nodes],
+    gangs: dict[Any, int],
+    kinds: dict[Any, str],
+    jid: Any,
+    fixed: set[Any],
+) -> _Nodes | None:
     """Room for `jid`'s gang on one node by moving the fewest GPUs of smaller one-node jobs placed there (not the
     `fixed` ones) to other nodes (each by best fit, no further moves); the node (with `free` and `out` updated for
     the moved jobs), or None (nothing changed)."""
-    gang, kind, tries = gangs[jid], kinds[jid], []
+    tries: list[tuple[int, int, str, list[Any]]] = []
+    gang, kind = gangs[jid], kinds[jid]
     for n in free:
         if types[n] != kind or sizes[n] < gang:
             continue
-        there = sorted((j for j, on in out.items() if on == (n,) and gangs[j] < gang and j not in fixed),
-                       key=lambda j: (gangs[j], str(j)))
-        pick, room = [], free[n]
+        there = sorted(
+            (j for j, on in out.items() if on == (n,) and gangs[j] < gang and j not in fixed),
+            key=lambda j: (gangs[j], str(j)),
+        )
+        pick: list[Any] = []
+        room = free[n]
         for j in there:
             if room >= gang:
                 break
@@ -95,8 +126,8 @@ def _evict(free: dict, sizes: dict, types: dict, out: dict, gangs: dict, kinds: 
         trial = dict(free)
         for j in pick:
             trial[n] += gangs[j]
-        trial[n] -= gang                     # the node is the gang's now; the moved jobs go elsewhere
-        placed = {}
+        trial[n] -= gang  # the node is the gang's now; the moved jobs go elsewhere
+        placed: dict[Any, _Nodes] = {}
         for j in sorted(pick, key=lambda j: -gangs[j]):
             others = {m: f for m, f in trial.items() if m != n}
             got = _fit(others, sizes, types, kinds[j], gangs[j])
@@ -105,7 +136,7 @@ def _evict(free: dict, sizes: dict, types: dict, out: dict, gangs: dict, kinds: 
             placed[j] = got
             _take(trial, got, gangs[j])
         if len(placed) == len(pick):
-            trial[n] += gang                 # taken by the caller
+            trial[n] += gang  # taken by the caller
             free.update(trial)
             out.update(placed)
             return (n,)
@@ -121,10 +152,10 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
     gangs = {jid: sum(decision.placement[jid].values()) for jid in order}
     kinds = {jid: next(iter(decision.placement[jid])) for jid in order}
     current = {jid: tuple(jobs[jid].nodes) for jid in order if jobs[jid].nodes and jobs[jid].ran_last_round}
-    asked = {jid: tuple(n) for jid, n in decision.nodes.items() if jid in gangs and n}   # the policy's own nodes
+    asked = {jid: tuple(n) for jid, n in decision.nodes.items() if jid in gangs and n}  # the policy's own nodes
     required = {jid: tuple(jobs[jid].allowed_nodes) for jid in order if jobs[jid].allowed_nodes}
     best = _pack(view, order, gangs, kinds, {**current, **asked}, moves, required)
-    if not moves:                            # a job that runs stays where it runs, or does not run
+    if not moves:  # a job that runs stays where it runs, or does not run
         best = {j: n for j, n in best.items() if j not in current or n == current[j]}
     dropped = [j for j in order if j not in best]
     if not dropped:
@@ -132,15 +163,26 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
     plans = dict(decision.plans)
     for j in dropped:
         old = plans.get(j) or JobPlan(j)
-        reason = USER_NODES.format(nodes=",".join(required[j])[:200], n=gangs[j]) if j in required else \
-            NO_NODE.format(n=gangs[j])
+        reason = (
+            USER_NODES.format(nodes=",".join(required[j])[:200], n=gangs[j])
+            if j in required
+            else NO_NODE.format(n=gangs[j])
+        )
         plans[j] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset, reason=reason)
-    return replace(decision, run=tuple(j for j in order if j in best), nodes=best, plans=plans,
-                   placement={j: p for j, p in decision.placement.items() if j in best})
+    return replace(
+        decision,
+        run=tuple(j for j in order if j in best),
+        nodes=best,
+        plans=plans,
+        placement={j: p for j, p in decision.placement.items() if j in best},
+    )
 
 
-def moved(view: ClusterView, decision: RoundDecision) -> list:
+def moved(view: ClusterView, decision: RoundDecision) -> list[Any]:
     """The jobs that ran last round and run this round on other nodes (a restart)."""
     jobs = {j.job_id: j for j in view.jobs}
-    return [jid for jid, n in decision.nodes.items()
-            if jobs[jid].ran_last_round and jobs[jid].nodes and tuple(jobs[jid].nodes) != tuple(n)]
+    return [
+        jid
+        for jid, n in decision.nodes.items()
+        if jobs[jid].ran_last_round and jobs[jid].nodes and tuple(jobs[jid].nodes) != tuple(n)
+    ]

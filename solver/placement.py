@@ -14,11 +14,13 @@ takes the type with the most free GPUs that fits it.
 A job runs on its whole requested gang (`num_gpus`), except an elastic job (one whose view lists throughputs per
 GPU count, `JobView.throughput_by_gpus`), which a policy may place on any of those counts (Pollux does).
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from solver.types import GPU
+from solver.types import GPU, ClusterView, JobView, RoundDecision
 
 
 class PlacementError(ValueError):
@@ -28,7 +30,7 @@ class PlacementError(ValueError):
 class Packer:
     """Free GPUs per type during one round; gangs are taken whole from one type."""
 
-    def __init__(self, capacity: Mapping[str, int] | int):
+    def __init__(self, capacity: Mapping[str, int] | int) -> None:
         """`capacity`: free GPUs per type, or a number of untyped GPUs."""
         if not isinstance(capacity, Mapping):
             capacity = {GPU: int(capacity)}
@@ -60,67 +62,75 @@ class Packer:
             self.free[t] -= gpus
         return t
 
-    def fits_job(self, job) -> bool:
+    def fits_job(self, job: JobView) -> bool:
         return self.fits(job.num_gpus, job.gpu_type, job.throughput_by_type)
 
-    def take_job(self, job) -> str | None:
+    def take_job(self, job: JobView) -> str | None:
         """`take` a JobView's whole gang on its requested type, else on the fastest type it can run on."""
         return self.take(job.num_gpus, job.gpu_type, job.throughput_by_type)
 
 
-def place(view, run: Iterable) -> dict:
+def place(view: ClusterView, run: Iterable[Any]) -> dict[Any, dict[str, int]]:
     """{job: {type: gpus}} for the jobs of `run`: each in order on the fastest type with room (Packer.take_job), or,
     when that leaves one out on a cluster of several types, the largest gangs first each on the type with the most
     free GPUs it can run on (a run set chosen without speeds may only fit so); PlacementError when neither fits."""
     jobs = {j.job_id: j for j in view.jobs}
-    run = list(run)
+    ids = list(run)
     packer, out = Packer(view.capacity), {}
-    for jid in run:
+    for jid in ids:
         t = packer.take_job(jobs[jid])
         if t is None:
             break
         out[jid] = {t: jobs[jid].num_gpus}
-    if len(out) == len(run) or len(view.capacity) < 2:
-        if len(out) < len(run):
-            j = jobs[run[len(out)]]
+    if len(out) == len(ids) or len(view.capacity) < 2:
+        if len(out) < len(ids):
+            j = jobs[ids[len(out)]]
             want = f"{j.num_gpus} {j.gpu_type} GPU(s)" if j.gpu_type else f"{j.num_gpus} GPU(s)"
             raise PlacementError(f"round {view.round_index}: job {j.job_id} needs {want}; free: {packer.free}")
         return out
     packer, out = Packer(view.capacity), {}
-    for jid in sorted(run, key=lambda i: -jobs[i].num_gpus):
+    for jid in sorted(ids, key=lambda i: -jobs[i].num_gpus):
         j = jobs[jid]
-        flat = {t: 1.0 for t in j.throughput_by_type} or None      # no speed preference: the most free GPUs
+        flat = {t: 1.0 for t in j.throughput_by_type} or None  # no speed preference: the most free GPUs
         t = packer.take(j.num_gpus, j.gpu_type, flat)
         if t is None:
-            raise PlacementError(f"round {view.round_index}: the run set does not fit the GPU types "
-                                 f"{dict(view.capacity)} (job {jid}, {j.num_gpus} GPU(s))")
+            raise PlacementError(
+                f"round {view.round_index}: the run set does not fit the GPU types "
+                f"{dict(view.capacity)} (job {jid}, {j.num_gpus} GPU(s))"
+            )
         out[jid] = {t: j.num_gpus}
-    return {jid: out[jid] for jid in run}
+    return {jid: out[jid] for jid in ids}
 
 
-def check_placement(view, decision) -> None:
+def check_placement(view: ClusterView, decision: RoundDecision) -> None:
     """Every running job placed on exactly its gang (an elastic job: on one of its profiled counts), on one type it
     can run on (its requested one, one it has a throughput on), within each type's capacity."""
     jobs = {j.job_id: j for j in view.jobs}
     placement = decision.placement
     if set(placement) != set(decision.run):
-        raise PlacementError(f"round {view.round_index}: placement names {sorted(map(str, placement))}, "
-                             f"the decision runs {sorted(map(str, decision.run))}")
-    used: dict = {}
+        raise PlacementError(
+            f"round {view.round_index}: placement names {sorted(map(str, placement))}, "
+            f"the decision runs {sorted(map(str, decision.run))}"
+        )
+    used: dict[Any, Any] = {}
     for jid, by_type in placement.items():
         j = jobs[jid]
         count = sum(by_type.values())
         if any(n <= 0 for n in by_type.values()) or (count != j.num_gpus and count not in j.throughput_by_gpus):
             allowed = sorted({j.num_gpus, *j.throughput_by_gpus})
-            raise PlacementError(f"round {view.round_index}: job {jid} placed on {dict(by_type)}, "
-                                 f"its gang is {j.num_gpus} GPU(s)"
-                                 + (f" (elastic: {allowed})" if j.throughput_by_gpus else ""))
+            raise PlacementError(
+                f"round {view.round_index}: job {jid} placed on {dict(by_type)}, "
+                f"its gang is {j.num_gpus} GPU(s)" + (f" (elastic: {allowed})" if j.throughput_by_gpus else "")
+            )
         if j.gpu_type is not None and set(by_type) != {j.gpu_type}:
-            raise PlacementError(f"round {view.round_index}: job {jid} asked for {j.gpu_type}, placed on "
-                                 f"{dict(by_type)}")
-        if len(by_type) != 1 or j.throughput_by_type and not set(by_type) <= set(j.throughput_by_type):
-            raise PlacementError(f"round {view.round_index}: job {jid} placed on {dict(by_type)}: a gang runs on one "
-                                 f"type it has a throughput on ({', '.join(sorted(j.throughput_by_type)) or 'any'})")
+            raise PlacementError(
+                f"round {view.round_index}: job {jid} asked for {j.gpu_type}, placed on {dict(by_type)}"
+            )
+        if len(by_type) != 1 or (j.throughput_by_type and not set(by_type) <= set(j.throughput_by_type)):
+            raise PlacementError(
+                f"round {view.round_index}: job {jid} placed on {dict(by_type)}: a gang runs on one "
+                f"type it has a throughput on ({', '.join(sorted(j.throughput_by_type)) or 'any'})"
+            )
         for t, n in by_type.items():
             used[t] = used.get(t, 0) + n
     over = {t: n for t, n in used.items() if n > view.capacity.get(t, 0)}

@@ -30,16 +30,18 @@ estimate is one epoch short (a job of 5 epochs is under-estimated by 20% at its 
 epoch).  ``"remaining"`` scales the posterior's regime mix of the epochs left to exactly R epochs (the current one
 included; the current regime alone when the posterior has nothing left).  `shockwave-paper` keeps the reference's.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any
 
 from solver.types import JobView
 
 UNOBSERVED_PRIOR_MASS = 0.5
-POWER_OF_TWO_STEPS = True   # add the power-of-two steps between current and max batch size as candidates
+POWER_OF_TWO_STEPS = True  # add the power-of-two steps between current and max batch size as candidates
 DURATION_BS_EXPONENT = 0.3
 _MIN_DURATION = 1e-6
 RESTATE_RULES = ("reference", "remaining")
@@ -50,16 +52,16 @@ class Prediction:
     """Predicted remaining run time (seconds, exclusive, on the job's own GPUs) and the regime mix behind it."""
 
     remaining_s: float
-    regimes: dict = field(default_factory=dict)          # bs -> expected remaining epochs (restated to R)
-    posterior_alpha: dict = field(default_factory=dict)  # bs -> Dirichlet posterior concentration
-    durations: dict = field(default_factory=dict)        # bs -> epoch duration used (s)
+    regimes: dict[Any, Any] = field(default_factory=dict)  # bs -> expected remaining epochs (restated to R)
+    posterior_alpha: dict[Any, Any] = field(default_factory=dict)  # bs -> Dirichlet posterior concentration
+    durations: dict[Any, Any] = field(default_factory=dict)  # bs -> epoch duration used (s)
 
 
 def observed_batch_sizes(job: JobView) -> list[int]:
     """Batch sizes of the epochs seen so far, including the current one (as ``bs_schedule[:e+1]``)."""
     done = max(0, int(job.epochs_done))
     hist = [int(b) for b in job.bs_history[:done]]
-    hist += [int(job.batch_size)] * (done - len(hist))   # history not reported: assume the current size
+    hist += [int(job.batch_size)] * (done - len(hist))  # history not reported: assume the current size
     if done < job.total_epochs or not hist:
         hist.append(int(job.batch_size))
     return hist
@@ -110,8 +112,15 @@ def regime_durations(job: JobView, regimes: Iterable[int]) -> dict[int, float]:
     return out
 
 
-def _posterior(total_epochs: int, epochs_done: int, counts: Mapping[int, int], prior: Mapping[int, float],
-               durations: Mapping[int, float], restate: str = "reference", current: int | None = None) -> Prediction:
+def _posterior(
+    total_epochs: int,
+    epochs_done: int,
+    counts: Mapping[int, int],
+    prior: Mapping[int, float],
+    durations: Mapping[int, float],
+    restate: str = "reference",
+    current: int | None = None,
+) -> Prediction:
     """The reference's posterior arithmetic on per-regime counts of the observed epochs.
 
     Subtracting 1 from ``rebased[b]`` once per observed epoch while it is >= 1 (the reference's loop) removes
@@ -140,14 +149,15 @@ def _posterior(total_epochs: int, epochs_done: int, counts: Mapping[int, int], p
     scale = R / inflated
     remaining = 0.0
     regimes = {}
-    for b, n in rebased.items():
-        remaining += n * durations[b]
-        regimes[b] = n * scale
+    for b, nb in rebased.items():  # nb: rebased epochs of regime b (a float)
+        remaining += nb * durations[b]
+        regimes[b] = nb * scale
     return Prediction(remaining * scale, regimes, alpha, dict(durations))
 
 
-def _remaining(R: int, rebased: Mapping[int, float], alpha: dict, durations: Mapping[int, float],
-               current: int | None) -> Prediction:
+def _remaining(
+    R: int, rebased: Mapping[int, float], alpha: dict[Any, Any], durations: Mapping[int, float], current: int | None
+) -> Prediction:
     """The ``"remaining"`` restatement: the posterior's mix of the epochs left, scaled to exactly R epochs."""
     if R <= 0:
         return Prediction(0.0, {b: 0.0 for b in rebased}, alpha, dict(durations))
@@ -167,14 +177,14 @@ class RegimeSummary:
     requeued job re-reporting), it rebuilds from scratch.
     """
 
-    __slots__ = ("done", "counts", "last")
+    __slots__ = ("counts", "done", "last")
 
     def __init__(self) -> None:
         self.done = 0
         self.counts: dict[int, int] = {}
-        self.last: int | None = None     # batch size of the last counted epoch (consistency check)
+        self.last: int | None = None  # batch size of the last counted epoch (consistency check)
 
-    def update(self, job: JobView) -> "RegimeSummary":
+    def update(self, job: JobView) -> RegimeSummary:
         done = max(0, int(job.epochs_done))
         hist = job.bs_history
         if done < self.done or (self.done and self.done <= len(hist) and int(hist[self.done - 1]) != self.last):
@@ -196,8 +206,9 @@ class RegimeSummary:
         return out
 
 
-def predict_remaining(job: JobView, support: Iterable[int] | None = None,
-                      summary: RegimeSummary | None = None, restate: str = "reference") -> Prediction:
+def predict_remaining(
+    job: JobView, support: Iterable[int] | None = None, summary: RegimeSummary | None = None, restate: str = "reference"
+) -> Prediction:
     """Predicted remaining exclusive run time of ``job``.
 
     ``support``: optional explicit regime set (reference behaviour: symmetric prior E/|support|).  By default the

@@ -13,11 +13,13 @@ loop and the controller alike.
 
 Pure: numbers in, decision out (no I/O, no backend).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Any
 
 from solver.placement import Packer
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
@@ -30,7 +32,7 @@ class Verdict:
     pays: bool
     why: str
     cost_s: float
-    off_s: float | None          # seconds the plan keeps it off its GPUs (None: beyond the planned window)
+    off_s: float | None  # seconds the plan keeps it off its GPUs (None: beyond the planned window)
     remaining_s: float | None
 
 
@@ -43,21 +45,28 @@ def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
     return None
 
 
-def verdict(off_s: float | None, cost_s: float, left_s: float | None, round_length: float,
-            measured: bool = True) -> Verdict:
+def verdict(
+    off_s: float | None, cost_s: float, left_s: float | None, round_length: float, measured: bool = True
+) -> Verdict:
     """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window)."""
     source = "measured" if measured else "default"
     if left_s is not None and left_s <= round_length:
         return Verdict(False, f"within its last round of work ({left_s:.0f} s left)", cost_s, off_s, left_s)
     if off_s is not None and off_s <= cost_s:
-        return Verdict(False, f"planned again in {off_s:.0f} s, sooner than its preemption cost "
-                              f"({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
+        return Verdict(
+            False,
+            f"planned again in {off_s:.0f} s, sooner than its preemption cost ({cost_s:.0f} s, {source})",
+            cost_s,
+            off_s,
+            left_s,
+        )
     off = f"off for {off_s:.0f} s" if off_s is not None else "not planned in the window"
     return Verdict(True, f"{off}, more than its preemption cost ({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
 
 
-def wasted(left_s: float | None, round_length: float, restarted_at: float | None = None,
-           boundary: float | None = None) -> str | None:
+def wasted(
+    left_s: float | None, round_length: float, restarted_at: float | None = None, boundary: float | None = None
+) -> str | None:
     """Why a preemption was wasted ("last_round", "restarted_early"), or None when it was not."""
     if left_s is not None and left_s <= round_length:
         return "last_round"
@@ -66,8 +75,13 @@ def wasted(left_s: float | None, round_length: float, restarted_at: float | None
     return None
 
 
-def gate(view: ClusterView, decision: RoundDecision, costs: Mapping, default_cost_s: float,
-         stopping=frozenset()) -> tuple[RoundDecision, dict]:
+def gate(
+    view: ClusterView,
+    decision: RoundDecision,
+    costs: Mapping[Any, Any],
+    default_cost_s: float,
+    stopping: Set[Any] = frozenset(),
+) -> tuple[RoundDecision, dict[Any, Any]]:
     """(the decision with the jobs whose preemption would not pay kept running, {job: Verdict} of every job
     that lost its round).  The plan of each judged job carries the verdict's line in `reason` (the controller's
     annotations complete it).  `costs`: measured preemption cost per job (seconds); `stopping`: jobs whose
@@ -85,8 +99,10 @@ def gate(view: ClusterView, decision: RoundDecision, costs: Mapping, default_cos
         cost = float(costs[j.job_id]) if measured else float(default_cost_s)
         verdicts[j.job_id] = verdict(off, cost, remaining_s(j, plan), view.round_length, measured)
     # the jobs closest to their end first: they lose the most by a preemption
-    for j in sorted(lost, key=lambda j: (verdicts[j.job_id].remaining_s is None,
-                                         verdicts[j.job_id].remaining_s or 0.0, str(j.job_id))):
+    for j in sorted(
+        lost,
+        key=lambda j: (verdicts[j.job_id].remaining_s is None, verdicts[j.job_id].remaining_s or 0.0, str(j.job_id)),
+    ):
         v = verdicts[j.job_id]
         if v.pays:
             continue
@@ -102,15 +118,14 @@ def gate(view: ClusterView, decision: RoundDecision, costs: Mapping, default_cos
         t = Packer(_free(view, placement)).take_job(j)
         run.append(j.job_id)
         placement[j.job_id] = {t: j.num_gpus}
-        plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0,
-                                  reason=v.why)
+        plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
     for jid, v in verdicts.items():
         if v.pays:
             plans[jid] = replace(plans.get(jid) or JobPlan(jid), reason=v.why)
     return replace(decision, run=tuple(run), placement=placement, plans=plans), verdicts
 
 
-def _free(view: ClusterView, placement: Mapping) -> dict:
+def _free(view: ClusterView, placement: Mapping[Any, Any]) -> dict[Any, Any]:
     free = {t: int(n) for t, n in view.capacity.items()}
     for by_type in placement.values():
         for t, n in by_type.items():
@@ -118,7 +133,9 @@ def _free(view: ClusterView, placement: Mapping) -> dict:
     return free
 
 
-def _make_room(view, jobs, run, placement, job) -> list | None:
+def _make_room(
+    view: ClusterView, jobs: Mapping[Any, JobView], run: list[Any], placement: Mapping[Any, Any], job: JobView
+) -> list[Any] | None:
     """The newly started jobs to take out of the run set (last first) so that `job` fits; None if it cannot."""
     free = _free(view, placement)
     evict = []

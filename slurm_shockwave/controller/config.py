@@ -10,23 +10,31 @@ Validation is pydantic v2 in strict mode: a string is never a number, a number i
 inf are refused, every bound is checked.  Every problem of one file is reported in one run, each on its
 own line naming the key and the offending value (`ConfigError.problems`); the CLI exits 2 on any.
 """
+
 from __future__ import annotations
 
 import ipaddress
 import signal
+from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
 
 from slurm_shockwave import policy_settings, site
 from slurm_shockwave.loader import InputFileError, load
 from slurm_shockwave.validation import describe, line, show
 
+if TYPE_CHECKING:
+    from pydantic_core import InitErrorDetails
+
+    from solver.policies.base import Policy
+
 #: signals that would kill or freeze a job instead of asking it to checkpoint
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
 #: `json_schema_extra` of a setting whose change needs a restart (SIGHUP keeps the running value and says so)
-RESTART = {"restart": True}
+RESTART: JsonDict = {"restart": True}
 
 
 class ConfigError(ValueError):
@@ -50,8 +58,9 @@ def _text(value: str, what: str = "must not be empty") -> str:
 class PolicySection(_Strict):
     """The policy that plans the rounds, and its settings."""
 
-    model_config = ConfigDict(extra="allow")        # [policy.<name>]: the named policy's settings (checked below)
+    model_config = ConfigDict(extra="allow")  # [policy.<name>]: the named policy's settings (checked below)
 
+    # fmt: off
     name: str = Field(default_factory=lambda: policy_settings.default_name(), min_length=1,
                       description="the policy's name (`shockwave simulate --help` lists them); default: the "
                                   "project's default policy")
@@ -60,6 +69,7 @@ class PolicySection(_Strict):
                                            "a path, or a bundled file (for shockwave-paper, tacc_32gpus.json: the "
                                            "reference's settings for its 32-GPU experiment); default: the "
                                            "policy's built-in settings")
+    # fmt: on
     _settings: BaseModel | None = PrivateAttr(None)
 
     @property
@@ -73,29 +83,36 @@ class PolicySection(_Strict):
     @field_validator("name")
     @classmethod
     def _known(cls, v: str) -> str:
-        policy_settings.policy_class(v)             # ValueError: unknown policy, and the known ones
+        policy_settings.policy_class(v)  # ValueError: unknown policy, and the known ones
         return v
 
     @model_validator(mode="after")
-    def _validate_settings(self):
+    def _validate_settings(self) -> PolicySection:
         self._settings = None
         tables = dict(self.model_extra or {})
         if self.config is None and not tables:
-            return self                                 # the policy's defaults, looked up when asked for
+            return self  # the policy's defaults, looked up when asked for
         errors = self._problems(tables)
         if errors:
-            raise ValidationError.from_exception_data(type(self).__name__, errors)
+            raise ValidationError.from_exception_data(type(self).__name__, cast("list[InitErrorDetails]", errors))
         return self
 
-    def _problems(self, tables: dict) -> list[dict]:
+    def _problems(self, tables: dict[Any, Any]) -> list[dict[Any, Any]]:
         """Validate the settings given (a [policy.<name>] table or a file); their problems, located in this
         table for a ValidationError ([] when they are valid)."""
-        own = policy_settings.policy_class(self.name)
+        own = cast("type[Policy]", policy_settings.policy_class(self.name))
         mine = next((key for key in tables if key in (self.name, own.name)), None)
-        others = [{"type": "extra_forbidden", "loc": (key,), "input": value} if not isinstance(value, dict) else
-                  policy_settings.custom((key,), value, f"settings of another policy; those of policy.name = "
-                                                        f"{self.name!r} go in [policy.{own.name}]")
-                  for key, value in tables.items() if key != mine]
+        others = [
+            {"type": "extra_forbidden", "loc": (key,), "input": value}
+            if not isinstance(value, dict)
+            else policy_settings.custom(
+                (key,),
+                value,
+                f"settings of another policy; those of policy.name = {self.name!r} go in [policy.{own.name}]",
+            )
+            for key, value in tables.items()
+            if key != mine
+        ]
         if others:
             return others
         where, given = ((mine,), tables[mine]) if mine is not None else (("config",), self.config)
@@ -104,24 +121,36 @@ class PolicySection(_Strict):
         if mine is None:
             return self._read_file(own.name)
         if self.config is not None:
-            return [policy_settings.custom(("config",), self.config, f"give either policy.config or a "
-                                                                      f"[policy.{mine}] table, not both")]
+            return [
+                policy_settings.custom(
+                    ("config",), self.config, f"give either policy.config or a [policy.{mine}] table, not both"
+                )
+            ]
         if not isinstance(given, dict):
             return [{"type": "dict_type", "loc": where, "input": given}]
         try:
             self._settings = policy_settings.from_table(own.name, given)
         except ValidationError as e:
-            return [policy_settings.rewrap(err, (mine, *err["loc"])) for err in e.errors(include_url=False)]
+            return [
+                policy_settings.rewrap(cast("dict[str, Any]", err), (mine, *err["loc"]))
+                for err in e.errors(include_url=False)
+            ]
         return []
 
-    def _read_file(self, name: str) -> list[dict]:
+    def _read_file(self, name: str) -> list[dict[Any, Any]]:
         try:
-            self._settings = policy_settings.from_file(name, policy_settings.resolve(self.config))
+            self._settings = policy_settings.from_file(name, policy_settings.resolve(cast(str, self.config)))
         except ValidationError as e:
-            return [policy_settings.custom(("config",), self.config, line(err)) for err in e.errors(include_url=False)]
+            return [
+                policy_settings.custom(("config",), self.config, line(cast("dict[str, Any]", err)))
+                for err in e.errors(include_url=False)
+            ]
         except InputFileError as e:
-            why = ("file not found (a path, or a bundled name such as tacc_32gpus.json)"
-                   if e.problem == "file not found" else str(e))
+            why = (
+                "file not found (a path, or a bundled name such as tacc_32gpus.json)"
+                if e.problem == "file not found"
+                else str(e)
+            )
             return [policy_settings.custom(("config",), self.config, why)]
         return []
 
@@ -133,6 +162,7 @@ class WeightsSection(_Strict):
     """Market budgets: each user's share of Slurm's association tree lowered by its decayed usage (sshare, see
     docs/planning.md), times its user's and its account's weight here (default 1); a user's jobs share it."""
 
+    # fmt: off
     users: dict[str, Weight] = Field(default_factory=dict, examples=[{"alice": 2.0}], description="per user")
     accounts: dict[str, Weight] = Field(default_factory=dict, examples=[{"physics": 1.5}],
                                         description="per Slurm account")
@@ -141,15 +171,18 @@ class WeightsSection(_Strict):
     window_seconds: float = Field(3600.0, gt=0, le=30 * 86400,
                                   description="`shockwave status` shows each user's and account's GPU-time over "
                                               "this window")
+    # fmt: on
 
 
 class SlurmSection(_Strict):
     """How the Slurm commands are run."""
 
+    # fmt: off
     bin_dir: str | None = Field(None, min_length=1, examples=["/usr/bin"],
                                 description="where squeue, sinfo, scontrol, ... are (default: $PATH)")
     env: dict[str, str] = Field(default_factory=dict, examples=[{"SLURM_CONF": "/etc/slurm/slurm.conf"}],
                                 description="environment of the Slurm commands (SLURM_CONF: a non-default slurm.conf)")
+    # fmt: on
 
 
 class ControllerConfig(_Strict):
@@ -158,6 +191,8 @@ class ControllerConfig(_Strict):
     The fields before `policy` are the settings of the [controller] table; each other table is a field holding
     a model of its own."""
 
+    # the settings keep their hand layout (tests/test_architecture.py caps the file at 400 lines)
+    # fmt: off
     backend: str = Field("slurm", min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$",
                          json_schema_extra=RESTART,
                          description="the cluster backend (an entry point of slurm_shockwave.backends)")
@@ -197,10 +232,12 @@ class ControllerConfig(_Strict):
     dry_run: bool = Field(False, description="shadow mode: decide and log, enact nothing")
     poll_seconds: float | None = Field(None, gt=0, le=3600, examples=[5.0],
                                        description="while waiting for the next round, look at the queue this often; "
-                                                   "freed GPUs start an early round (default: min(5, max(round/4, 0.5)))")
+                                                   "freed GPUs start an early round "
+                                                   "(default: min(5, max(round/4, 0.5)))")
     min_round_seconds: float | None = Field(None, gt=0, le=86400, examples=[5.0],
                                             description="but never sooner than this after the last round "
                                                         "(default: min(round, 5))")
+    # fmt: on
     policy: PolicySection = Field(default_factory=PolicySection)
     weights: WeightsSection = Field(default_factory=WeightsSection)
     slurm: SlurmSection = Field(default_factory=SlurmSection)
@@ -251,8 +288,10 @@ class ControllerConfig(_Strict):
     def early_round_timing(self) -> tuple[float, float]:
         """(poll, min gap) seconds of the event-driven round (slurm/backend.py `advance`; the simulator's
         `early_rounds`): `poll_seconds` and `min_round_seconds` or their defaults."""
-        return (float(self.poll_seconds or min(5.0, max(self.round_seconds / 4, 0.5))),
-                float(self.min_round_seconds or min(self.round_seconds, 5.0)))
+        return (
+            float(self.poll_seconds or min(5.0, max(self.round_seconds / 4, 0.5))),
+            float(self.min_round_seconds or min(self.round_seconds, 5.0)),
+        )
 
     @property
     def state_path(self) -> Path:
@@ -261,7 +300,7 @@ class ControllerConfig(_Strict):
     def weight(self, user: str, account: str) -> float:
         return float(self.weights.users.get(user, 1.0)) * float(self.weights.accounts.get(account, 1.0))
 
-    def update_from(self, other: ControllerConfig, keep=()) -> list[str]:
+    def update_from(self, other: ControllerConfig, keep: Collection[str] = ()) -> list[str]:
         """Copy every setting of `other` into this object (in place), except `keep`; the names that changed."""
         changed = []
         for name in type(self).model_fields:
@@ -274,12 +313,18 @@ class ControllerConfig(_Strict):
 
 
 #: the tables of a config file: [controller] holds ControllerConfig's own settings, the others a model each
-SECTIONS = ("controller", *(name for name, f in ControllerConfig.model_fields.items()
-                            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)))
+SECTIONS = (
+    "controller",
+    *(
+        name
+        for name, f in ControllerConfig.model_fields.items()
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+    ),
+)
 RESTART_ONLY = tuple(name for name, f in ControllerConfig.model_fields.items() if f.json_schema_extra == RESTART)
 
 
-def load_config(path) -> ControllerConfig:
+def load_config(path: str | Path) -> ControllerConfig:
     try:
         data = load(path, "toml")
     except InputFileError as e:
@@ -287,19 +332,24 @@ def load_config(path) -> ControllerConfig:
     return config_from_dict(data, str(path))
 
 
-def config_from_dict(data: dict, source: str = "<dict>") -> ControllerConfig:
+def config_from_dict(data: dict[Any, Any], source: str = "<dict>") -> ControllerConfig:
     """Validate a whole file at once, so that one run reports every problem of it."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: must be a table of settings, got {show(data)}"])
-    problems = [f"{source}: [{name}]: unknown section (known: {', '.join(sorted(SECTIONS))})"
-                for name in data if name not in SECTIONS]
+    problems = [
+        f"{source}: [{name}]: unknown section (known: {', '.join(sorted(SECTIONS))})"
+        for name in data
+        if name not in SECTIONS
+    ]
     own = data.get("controller", {})
     if not isinstance(own, dict):
         problems.append(f"{source}: {line({'type': 'model_type', 'loc': ('controller',), 'input': own})}")
         own = {}
     problems += [f"{source}: controller.{key}: unknown setting" for key in own if key in SECTIONS]
-    flat = {**{k: v for k, v in own.items() if k not in SECTIONS},
-            **{name: data[name] for name in SECTIONS[1:] if name in data}}
+    flat = {
+        **{k: v for k, v in own.items() if k not in SECTIONS},
+        **{name: data[name] for name in SECTIONS[1:] if name in data},
+    }
     try:
         cfg = ControllerConfig.model_validate(flat)
     except ValidationError as e:
@@ -310,7 +360,7 @@ def config_from_dict(data: dict, source: str = "<dict>") -> ControllerConfig:
     return cfg
 
 
-def _file_key(loc: tuple) -> str:
+def _file_key(loc: tuple[Any, ...]) -> str:
     """Where a setting is in the file: `controller.round_seconds`, `weights.users.alice`."""
     parts = [str(p) for p in loc]
     return ".".join(parts if parts and parts[0] in SECTIONS else ["controller", *parts])

@@ -1,16 +1,21 @@
 """docs/config.example.toml, written from the models of config.py: every table and setting, at its default,
 with its description, bounds and whether a change needs a restart (`shockwave controller example-config`)."""
+
 from __future__ import annotations
 
 import json
 import re
 import textwrap
 import typing
+from typing import Any, cast
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from slurm_shockwave.controller.config import RESTART, SECTIONS, ControllerConfig, PolicySection
+
+if typing.TYPE_CHECKING:
+    from solver.policies.base import Policy
 
 HEADER = """\
 # /etc/shockwave/config.toml: the Shockwave controller's configuration.
@@ -33,7 +38,7 @@ def example_toml() -> str:
     out = [HEADER.rstrip("\n")]
     out += _table("controller", ControllerConfig, {k: f for k, f in fields.items() if k not in SECTIONS})
     for name in SECTIONS[1:]:
-        model = fields[name].annotation
+        model = cast("type[BaseModel]", fields[name].annotation)  # SECTIONS: the fields holding a model
         out += _table(name, model, model.model_fields)
         if model is PolicySection:
             out += _policy_settings(PolicySection.model_fields["name"].get_default(call_default_factory=True))
@@ -44,8 +49,10 @@ def _table(name: str, model: type[BaseModel], fields: dict[str, FieldInfo]) -> l
     out = ["", f"[{name}]", *_comment(_first_line(model.__doc__))]
     for key, f in fields.items():
         default = f.get_default(call_default_factory=True)
-        out += _comment("; ".join(x for x in (f.description, _bounds(f), _example(f, default)) if x)
-                        + (" (restart)" if f.json_schema_extra == RESTART else ""))
+        out += _comment(
+            "; ".join(x for x in (f.description, _bounds(f), _example(f, default)) if x)
+            + (" (restart)" if f.json_schema_extra == RESTART else "")
+        )
         out.append(_setting(key, default, f.examples))
     return out
 
@@ -53,7 +60,8 @@ def _table(name: str, model: type[BaseModel], fields: dict[str, FieldInfo]) -> l
 def _policy_settings(name: str) -> list[str]:
     """The default policy's settings, commented out: the [policy.<name>] table instead of policy.config."""
     from slurm_shockwave.policy_settings import policy_class
-    model = policy_class(name).config_model
+
+    model = cast("type[Policy]", policy_class(name)).config_model
     if model is None:
         return []
     out = ["", f"# [policy.{name}]", f"# the {name} policy's settings (instead of policy.config), at their defaults"]
@@ -65,7 +73,7 @@ def _policy_settings(name: str) -> list[str]:
     return out
 
 
-def _setting(key: str, default, examples=None) -> str:
+def _setting(key: str, default: object, examples: list[Any] | None = None) -> str:
     """`key = default`; an unset setting commented out, with an example value if there is one."""
     if default is not None:
         return f"{key} = {_toml(default)}"
@@ -85,11 +93,11 @@ def _bounds(f: FieldInfo) -> str:
     return each + ", ".join(parts) if parts else ""
 
 
-def _example(f: FieldInfo, default) -> str:
+def _example(f: FieldInfo, default: object) -> str:
     return f"e.g. {_toml(f.examples[0])}" if f.examples and default is not None else ""
 
 
-def _toml(value) -> str:
+def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -102,7 +110,7 @@ def _toml(value) -> str:
     return repr(value)
 
 
-def _num(x) -> str:
+def _num(x: object) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
 
 

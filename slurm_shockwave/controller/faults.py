@@ -4,16 +4,18 @@ A read-only or missing state directory, the metrics port in use: `StartupError`,
 the CLI, exit 1 (systemd restarts; a bad config is exit 2).  The state database's own faults (corrupt,
 disk full) are the journal's (`slurm_shockwave.journal.faults`).
 """
+
 from __future__ import annotations
 
 import errno
+import os
 
 from slurm_shockwave.errors import StartupError
 
-__all__ = ["StartupError", "state_dir_error", "metrics_error"]
+__all__ = ["StartupError", "metrics_error", "state_dir_error"]
 
 
-def state_dir_error(path, exc: OSError) -> StartupError:
+def state_dir_error(path: str | os.PathLike[str], exc: OSError) -> StartupError:
     why = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         what = "free space on its filesystem (the controller starts once it can write its journal)"

@@ -19,19 +19,22 @@ Each round makes one `RoundRecord` (journal/record.py).  With `explain=True` (th
 plan records are completed with one human reason per job (reasons.py) before the record is made; the
 `on_decision` hook sees the record before enactment (the controller journals it there), `on_round` after.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
-from solver import preemption
-from solver.nodes import assign_nodes, moved
-from solver.market.plan import max_min_round
-from solver.types import ClusterView, JobPlan, RoundDecision
-
-from slurm_shockwave.backends.base import check_decision
-from slurm_shockwave.journal.record import RoundRecord
+from slurm_shockwave.backends.base import ClusterBackend, check_decision
 from slurm_shockwave.controller.reasons import annotate
+from slurm_shockwave.journal.record import RoundRecord
+from solver import preemption
+from solver.market.plan import max_min_round
+from solver.nodes import assign_nodes, moved
+from solver.policies.base import Policy
+from solver.types import ClusterView, JobPlan, RoundDecision
 
 log = logging.getLogger("slurm_shockwave.loop")
 
@@ -40,27 +43,40 @@ def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDec
     """The one fallback: max-min fairness in attained run time (solver.market.plan.max_min_round), older jobs
     first on ties, each gang on the fastest type with room.  No policy has one of its own: a failure at any depth
     of a policy reaches `RoundLoop.decide`, which runs this and counts it."""
-    rows = [(j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type,
-             j.throughput_by_type) for j in view.jobs]
+    rows = [
+        (j.job_id, j.num_gpus, j.run_time, j.weight, j.arrival_time - view.now, j.gpu_type, j.throughput_by_type)
+        for j in view.jobs
+    ]
     run = tuple(max_min_round(rows, view.capacity))
-    return RoundDecision(run=run, plans={j: JobPlan(j, rule="fallback") for j in run}, path="fallback",
-                         fallback_reason=why)
+    return RoundDecision(
+        run=run, plans={j: JobPlan(j, rule="fallback") for j in run}, path="fallback", fallback_reason=why
+    )
 
 
 class RoundLoop:
-    def __init__(self, backend, policy, on_round=None, keep_records: bool = False, on_decision=None,
-                 explain: bool = False, mode: str | None = None, preemption_cost_s: float | None = None):
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        policy: Policy,
+        on_round: Callable[[RoundRecord], object] | None = None,
+        keep_records: bool = False,
+        on_decision: Callable[[RoundRecord], object] | None = None,
+        explain: bool = False,
+        mode: str | None = None,
+        preemption_cost_s: float | None = None,
+    ) -> None:
         self.backend = backend
         self.policy = policy
         self.on_round = on_round
-        self.on_decision = on_decision     # called with the record before enactment (the controller journals it)
+        self.on_decision = on_decision  # called with the record before enactment (the controller journals it)
         self.keep_records = keep_records
         self.explain = explain
-        self.mode = mode                   # advisory | authoritative: how a running job's reason reads
-        self.preemption_cost_s = preemption_cost_s   # None: no gate (the reference's semantics)
+        self.mode = mode  # advisory | authoritative: how a running job's reason reads
+        self.preemption_cost_s = preemption_cost_s  # None: no gate (the reference's semantics)
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
-        self.moves = 0                     # running jobs placed on other nodes (solver/nodes.py)
-        self.last_preemptions: dict = {}   # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
+        self.moves = 0  # running jobs placed on other nodes (solver/nodes.py)
+        # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
+        self.last_preemptions: dict[str, Any] = {}
         self.records: list[RoundRecord] = []
         self.rounds = 0
         self.fallbacks = 0
@@ -97,7 +113,7 @@ class RoundLoop:
         if self.explain:
             try:
                 decision = annotate(view, decision, self.mode)
-            except Exception:  # noqa: BLE001 - explanations never stop a round
+            except Exception:
                 log.exception("round %d: could not annotate the decision", view.round_index)
         record = RoundRecord(view, decision, elapsed, fallback, self.policy.name, self.backend.round_context())
         if self.on_decision is not None:
@@ -122,7 +138,7 @@ class RoundLoop:
             decision = check_decision(view, gated)
         run = set(decision.run)
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
-        wasted = {}
+        wasted: dict[Any, str] = {}
         for j in lost:
             why = preemption.wasted(preemption.remaining_s(j, decision.plans.get(j.job_id)), view.round_length)
             if why:
@@ -138,14 +154,14 @@ class RoundLoop:
         for jid in decision.run:
             plan = decision.plans.get(jid)
             rule = (plan.rule if plan is not None else "") or "policy"
-            placed = sum(decision.placement[jid].values())          # an elastic job may run on fewer GPUs
+            placed = sum(decision.placement[jid].values())  # an elastic job may run on fewer GPUs
             for scope in ("all", "contested") if contested else ("all",):
                 counts = self.gpu_rounds[scope]
                 counts[rule] = counts.get(rule, 0) + placed
 
-    def decided_by(self) -> dict:
+    def decided_by(self) -> dict[str, dict[str, float]]:
         """{scope: {rule: share of the GPU-rounds it placed}} for scope "all" and "contested"."""
-        out = {}
+        out: dict[str, dict[str, float]] = {}
         for scope, counts in self.gpu_rounds.items():
             total = sum(counts.values())
             out[scope] = {rule: round(n / total, 4) for rule, n in sorted(counts.items())} if total else {}

@@ -6,12 +6,14 @@ mutated.  The controller journals these,
 `status`/`explain` print them, and the enactor may copy the reason into the job's AdminComment so a user of
 plain `squeue -O admincomment` sees e.g. "shockwave: deferred, planned at 14:32".
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
-from solver.types import JobPlan
+from solver.types import ClusterView, JobPlan, RoundDecision
 
 
 def _at(t: float, now: float) -> str:
@@ -21,8 +23,18 @@ def _at(t: float, now: float) -> str:
     return f"t+{t:.0f}s"
 
 
-def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode: str | None, round_length: float,
-               now: float, window: int | None = None, gate: str = "", kept: bool = False) -> tuple[str, float | None]:
+def reason_for(
+    running: bool,
+    planned_now: bool,
+    offset: int | None,
+    path: str | None,
+    mode: str | None,
+    round_length: float,
+    now: float,
+    window: int | None = None,
+    gate: str = "",
+    kept: bool = False,
+) -> tuple[str, float | None]:
     """(reason, expected start) of one job; `gate`: the preemption gate's line on a running job
     (solver/preemption.py), `kept`: the gate kept it running."""
     if planned_now:
@@ -38,7 +50,7 @@ def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode:
         return f"being stopped{why}; checkpoint signal, then requeued and held; {when}", start
     if offset is not None and offset > 0:
         start = now + offset * round_length
-        why = f" ({gate})" if gate else ""        # e.g. no node has room for its gang (solver/nodes.py)
+        why = f" ({gate})" if gate else ""  # e.g. no node has room for its gang (solver/nodes.py)
         return f"deferred{why}, planned at {_at(start, now)} (round +{offset})", start
     if path == "fallback":
         return "waiting: fallback round (least attained service first)", None
@@ -46,16 +58,26 @@ def reason_for(running: bool, planned_now: bool, offset, path: str | None, mode:
     return f"deferred: not planned in the window{span}; fair share of others comes first", None
 
 
-def annotate(view, decision, mode: str | None = None):
+def annotate(view: ClusterView, decision: RoundDecision, mode: str | None = None) -> RoundDecision:
     """The decision with a plan record for every active job, each with its reason and expected start."""
     run = set(decision.run)
-    plans = {}
+    plans: dict[Any, JobPlan] = {}
     for j in view.jobs:
         plan = decision.plans.get(j.job_id) or JobPlan(j.job_id)
         planned_now = j.job_id in run
         offset = 0 if planned_now else plan.next_offset
-        text, start = reason_for(j.ran_last_round, planned_now, offset, decision.path, mode, view.round_length,
-                                 view.now, decision.window_rounds, plan.reason, plan.rule == "kept")
-        rule = plan.rule or ("policy" if planned_now else "")      # a baseline: its own rule placed the job
+        text, start = reason_for(
+            j.ran_last_round,
+            planned_now,
+            offset,
+            decision.path,
+            mode,
+            view.round_length,
+            view.now,
+            decision.window_rounds,
+            plan.reason,
+            plan.rule == "kept",
+        )
+        rule = plan.rule or ("policy" if planned_now else "")  # a baseline: its own rule placed the job
         plans[j.job_id] = replace(plan, rule=rule, reason=text, expected_start=start, next_offset=offset)
     return replace(decision, plans=plans)

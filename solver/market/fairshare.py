@@ -13,10 +13,16 @@ their GPU-time through the market's weights instead (solver/policies/shockwave_p
 where pi_j is the fraction of rounds since the job's first estimate during which estimate j was in force
 (``finish_time_momentumed_average`` in the reference).
 """
+
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from solver.types import JobView
 
 MOMENTUM = 0.9
 
@@ -28,7 +34,7 @@ def uniform_share(num_gpus: int, num_jobs: int) -> float:
     return min(1.0, max(num_gpus, 1) / num_jobs)
 
 
-def user_shares(num_gpus: int, jobs) -> tuple[dict, dict]:
+def user_shares(num_gpus: int, jobs: Iterable[JobView]) -> tuple[dict[Any, float], dict[Any, float]]:
     """Fair shares between users, not jobs: ({job: share s_i}, {job: market budget B_i}).
 
     Each user u (all jobs with the same JobView.user) holds the budget B_u = the mean weight of its jobs (the
@@ -41,13 +47,14 @@ def user_shares(num_gpus: int, jobs) -> tuple[dict, dict]:
     jobs = list(jobs)
     if not jobs:
         return {}, {}
-    per_user: dict = {}
+    per_user: dict[str, list[JobView]] = {}
     for j in jobs:
         per_user.setdefault(j.user, []).append(j)
     weight = {j.job_id: max(float(j.weight), 1e-9) for j in jobs}
     budget = {u: sum(weight[j.job_id] for j in js) / len(js) for u, js in per_user.items()}
     total, n = sum(budget.values()), len(jobs)
-    shares, budgets = {}, {}
+    shares: dict[Any, float] = {}
+    budgets: dict[Any, float] = {}
     for u, js in per_user.items():
         part, w_u = budget[u] / total, sum(weight[j.job_id] for j in js)
         for j in js:
@@ -56,7 +63,7 @@ def user_shares(num_gpus: int, jobs) -> tuple[dict, dict]:
     return shares, budgets
 
 
-def gpu_share(num_gpus: int, gangs) -> float:
+def gpu_share(num_gpus: int, gangs: Iterable[int]) -> float:
     """GPU-weighted equal time share s = min(1, G / sum_j g_j) (``gangs``: GPUs of every active job)."""
     demand = sum(max(int(g), 1) for g in gangs)
     if demand <= 0:
@@ -64,21 +71,21 @@ def gpu_share(num_gpus: int, gangs) -> float:
     return min(1.0, max(num_gpus, 1) / demand)
 
 
-def momentum_average(series: list, round_index: int, momentum: float = MOMENTUM) -> float:
+def momentum_average(series: list[Any], round_index: int, momentum: float = MOMENTUM) -> float:
     """The reference's finish_time_momentumed_average (verbatim maths)."""
     if not series:
         raise ValueError("empty finish-time series")
     rounds = [int(r) for r, _ in series]
     # estimates made "in the future" (a controller whose round counter went back) count as made now
     rounds = [min(r, round_index) for r in rounds] + [int(round_index)]
-    windows = [b - a for a, b in zip(rounds, rounds[1:])]
+    windows = [b - a for a, b in itertools.pairwise(rounds)]
     vals = [float(v) for _, v in series]
     if max(windows) <= 0:
         probs = [0.0] * (len(vals) - 1) + [1.0]
     else:
         tot = float(sum(windows))
         probs = [w / tot for w in windows]
-    avg = sum(p * v for p, v in zip(probs, vals))
+    avg = sum(p * v for p, v in zip(probs, vals, strict=False))
     return momentum * avg + (1.0 - momentum) * vals[-1]
 
 
@@ -86,10 +93,10 @@ class FairShareTracker:
     """Per-job series of fair-share finish-time estimates."""
 
     def __init__(self) -> None:
-        self.series: dict[str, list] = {}
+        self.series: dict[str, list[Any]] = {}
 
     @staticmethod
-    def key(job_id) -> str:
+    def key(job_id: object) -> str:
         return str(job_id)
 
     def reestimate(self, round_index: int, estimates: Mapping[object, float]) -> None:
@@ -103,30 +110,31 @@ class FairShareTracker:
             else:
                 s.append([int(round_index), float(ft)])
 
-    def forget(self, keep: Iterable) -> None:
+    def forget(self, keep: Iterable[Any]) -> None:
         keep_keys = {self.key(j) for j in keep}
         for k in list(self.series):
             if k not in keep_keys:
                 del self.series[k]
 
-    def has(self, job_id) -> bool:
+    def has(self, job_id: object) -> bool:
         return self.key(job_id) in self.series
 
-    def fbar(self, job_id, round_index: int) -> float | None:
+    def fbar(self, job_id: object, round_index: int) -> float | None:
         s = self.series.get(self.key(job_id))
         if not s:
             return None
         return momentum_average(s, round_index)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[Any, Any]:
         return {"series": {k: [list(x) for x in v] for k, v in self.series.items()}}
 
-    def load_state_dict(self, state: Mapping) -> None:
-        self.series = {str(k): [[int(r), float(v)] for r, v in vals]
-                       for k, vals in dict(state.get("series", {})).items()}
+    def load_state_dict(self, state: Mapping[Any, Any]) -> None:
+        self.series = {
+            str(k): [[int(r), float(v)] for r, v in vals] for k, vals in dict(state.get("series", {})).items()
+        }
 
 
-def rho_hat(age: float, remaining: float, share: float, fbar: float) -> float:
+def rho_hat(age: float, remaining: float, share: float, fbar: float | None) -> float:
     """Projected finish-time-fairness ratio (age + R/s) / F-bar.
 
     ``age``: seconds since the job's arrival; ``fbar``: its smoothed fair-share finish time, also relative to
@@ -137,8 +145,15 @@ def rho_hat(age: float, remaining: float, share: float, fbar: float) -> float:
     return (max(age, 0.0) + remaining / share) / fbar
 
 
-def priority_weight(rho: float, remaining: float, round_length: float, rhomax: float, lam: float,
-                    budget: float = 1.0, power_m: float = 100.0) -> tuple[float, float]:
+def priority_weight(
+    rho: float,
+    remaining: float,
+    round_length: float,
+    rhomax: float,
+    lam: float,
+    budget: float = 1.0,
+    power_m: float = 100.0,
+) -> tuple[float, float]:
     """(log of w_i, w_i) with w_i = B_i * rho^lambda (rho^100 if the job finishes within a round), 1*B_i if rho<=rhomax.
 
     The log is returned separately because rho^100 overflows floats quickly; callers clip w for the solver and

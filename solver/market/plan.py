@@ -12,17 +12,28 @@
 3. ``max_min_round``: the fallback when there is neither a solution nor a usable cached plan: least attained
    (weighted) run time first, greedily while it fits.
 """
+
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
+from typing import Any, cast
 
 from solver.placement import Packer
 
+# job ids are whatever the caller keys its jobs by (JobView.job_id: int | str; tests use other hashables)
+_Gpus = Mapping[Any, int]
+_Packing = tuple[list[int], list[set[Any]], dict[Any, int]]  # (free GPUs, members, shortfall) per round
 
-def _greedy_priority(order, gpus, counts, G, W):
+
+def _by_rank(rank: dict[Any, int]) -> Callable[[Any], int]:
+    """``rank.get`` as a sort key (every sorted id is ranked)."""
+    return cast("Callable[[Any], int]", rank.get)
+
+
+def _greedy_priority(order: Sequence[Any], gpus: _Gpus, counts: Mapping[Any, int], G: int, W: int) -> _Packing:
     free = [G] * W
-    members = [set() for _ in range(W)]
-    short = {}
+    members: list[set[Any]] = [set() for _ in range(W)]
+    short: dict[Any, int] = {}
     for j in order:
         g, n = gpus[j], counts.get(j, 0)
         if n <= 0:
@@ -40,9 +51,17 @@ def _greedy_priority(order, gpus, counts, G, W):
     return free, members, short
 
 
-def _repair(order, gpus, free, members, short, W, pinned=frozenset()):
+def _repair(
+    order: Sequence[Any],
+    gpus: _Gpus,
+    free: list[int],
+    members: list[set[Any]],
+    short: dict[Any, int],
+    W: int,
+    pinned: Set[Any] = frozenset(),
+) -> dict[Any, int]:
     rank = {j: r for r, j in enumerate(order)}
-    for i in sorted(short, key=rank.get):
+    for i in sorted(short, key=_by_rank(rank)):
         g = gpus[i]
         for t in range(W):
             if short[i] <= 0:
@@ -50,14 +69,20 @@ def _repair(order, gpus, free, members, short, W, pinned=frozenset()):
             if i in members[t]:
                 continue
             if free[t] < g:
-                moves = []
+                moves: list[tuple[Any, int]] = []
                 victims = sorted((j for j in members[t] if j != i and j not in pinned), key=lambda j: -rank[j])
                 for j in victims:
                     if free[t] >= g:
                         break
                     gj = gpus[j]
-                    dest = next((u for u in list(range(t + 1, W)) + list(range(t))
-                                 if u != t and j not in members[u] and free[u] >= gj), None)
+                    dest = next(
+                        (
+                            u
+                            for u in list(range(t + 1, W)) + list(range(t))
+                            if u != t and j not in members[u] and free[u] >= gj
+                        ),
+                        None,
+                    )
                     if dest is None:
                         continue
                     members[t].discard(j)
@@ -78,12 +103,14 @@ def _repair(order, gpus, free, members, short, W, pinned=frozenset()):
     return {j: s for j, s in short.items() if s > 0}
 
 
-def _water_fill(order, gpus, counts, G, W, pinned=frozenset()):
+def _water_fill(
+    order: Sequence[Any], gpus: _Gpus, counts: Mapping[Any, int], G: int, W: int, pinned: Set[Any] = frozenset()
+) -> _Packing:
     rank = {j: r for r, j in enumerate(order)}
     free = [G] * W
-    members = [set() for _ in range(W)]
-    short = {}
-    for j in order:   # pinned jobs keep the first rounds of the window, as in the greedy packing
+    members: list[set[Any]] = [set() for _ in range(W)]
+    short: dict[Any, int] = {}
+    for j in order:  # pinned jobs keep the first rounds of the window, as in the greedy packing
         if j in pinned:
             for t in range(min(counts.get(j, 0), W)):
                 if free[t] >= gpus[j]:
@@ -97,18 +124,28 @@ def _water_fill(order, gpus, counts, G, W, pinned=frozenset()):
             members[t].add(j)
         if len(cand) < n:
             short[j] = n - len(cand)
+
     # earlier rounds for the rounds holding higher-priority work
-    def key(t):
+    def key(t: int) -> tuple[int, float]:
         ms = members[t]
         # rounds holding more pinned GPUs first: pinned jobs' rounds are nested prefixes, so they stay in front
-        return (-sum(gpus[j] for j in ms if j in pinned),
-                sum(rank[j] * gpus[j] for j in ms) / max(1, sum(gpus[j] for j in ms)) if ms else len(order))
+        return (
+            -sum(gpus[j] for j in ms if j in pinned),
+            sum(rank[j] * gpus[j] for j in ms) / max(1, sum(gpus[j] for j in ms)) if ms else len(order),
+        )
+
     perm = sorted(range(W), key=key)
     return [free[t] for t in perm], [members[t] for t in perm], short
 
 
-def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: int, rounds: int,
-                pinned: Sequence[Hashable] = ()):
+def pack_rounds(
+    order: Sequence[Any],
+    gpus: _Gpus,
+    counts: Mapping[Any, int],
+    num_gpus: int,
+    rounds: int,
+    pinned: Iterable[Any] = (),
+) -> tuple[list[list[Any]], dict[Any, int]]:
     """Per-round job lists realising ``counts`` as far as possible.
 
     ``order``: job ids, highest priority first.  ``pinned``: jobs that must hold the first ``counts[j]`` rounds
@@ -120,21 +157,21 @@ def pack_rounds(order: Sequence[Hashable], gpus: dict, counts: dict, num_gpus: i
     G, W = int(num_gpus), int(rounds)
     order = [j for j in order if 0 < gpus[j] <= G]
     free, members, short = _greedy_priority(order, gpus, counts, G, W)
-    pinned = frozenset(pinned)
+    pinned_set = frozenset(pinned)
     if short:
-        short = _repair(order, gpus, free, members, dict(short), W, pinned)
+        short = _repair(order, gpus, free, members, dict(short), W, pinned_set)
     if short:
-        free2, members2, short2 = _water_fill(order, gpus, counts, G, W, pinned)
+        free2, members2, short2 = _water_fill(order, gpus, counts, G, W, pinned_set)
         if sum(gpus[j] * s for j, s in short2.items()) < sum(gpus[j] * s for j, s in short.items()):
             free, members, short = free2, members2, short2
     rank = {j: r for r, j in enumerate(order)}
-    plan = [sorted(m, key=rank.get) for m in members]
+    plan = [sorted(m, key=_by_rank(rank)) for m in members]
     return plan, short
 
 
-def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: int) -> list:
+def backfill(plan: list[Any], candidates: Sequence[Hashable], gpus: _Gpus, num_gpus: int) -> list[list[Any]]:
     """Fill idle GPUs of every round with ``candidates`` (already sorted, first choice first)."""
-    out = []
+    out: list[list[Any]] = []
     for ids in plan:
         ids = list(ids)
         used = sum(gpus[j] for j in ids)
@@ -152,7 +189,7 @@ def backfill(plan: list, candidates: Sequence[Hashable], gpus: dict, num_gpus: i
     return out
 
 
-def max_min_round(jobs: Sequence, num_gpus) -> list:
+def max_min_round(jobs: Iterable[tuple[Any, ...]], num_gpus: Mapping[str, int] | int) -> list[Any]:
     """Fallback allocation for one round: least attained run time per unit weight first, while it fits.
 
     ``jobs``: iterable of (job_id, gpus, run_time, weight, arrival_time[, gpu type asked for[, {type: it/s}]]);
@@ -161,5 +198,8 @@ def max_min_round(jobs: Sequence, num_gpus) -> list:
     and never exceeds capacity.
     """
     packer = Packer(num_gpus)
-    return [jid for jid, g, rt, w, arr, *gpu_type in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0])))
-            if packer.take(g, *gpu_type)]
+    return [
+        jid
+        for jid, g, rt, w, arr, *gpu_type in sorted(jobs, key=lambda x: (x[2] / max(x[3], 1e-9), x[4], str(x[0])))
+        if packer.take(g, *gpu_type)
+    ]

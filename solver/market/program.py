@@ -23,25 +23,31 @@ leaves no room for a 2-GPU job although the totals fit): plan.py packs the count
 capacity, repairs fragmentation by moving jobs between rounds, and backfill reuses what is still left idle.
 With unit gangs the program is exactly the reference's relaxed program.
 """
+
 from __future__ import annotations
 
 import heapq
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from scipy import sparse
+
+if TYPE_CHECKING:
+    from solver.market.backends import Backend
 
 LOG_FLOOR = 1e-6
 REFERENCE_BASES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 # With at least this many jobs the LP relaxation is solved first and its rounding kept when it is certified
 # within the relative gap (solve_window); smaller programs go straight to the MILP, which is fast there.
 LP_FIRST_MIN_JOBS = 1
-MAX_SOLVER_WEIGHT = 1e8   # w_i is clipped here for the solver (rho^100 overflows); ranking uses log w
+MAX_SOLVER_WEIGHT = 1e8  # w_i is clipped here for the solver (rho^100 overflows); ranking uses log w
 
 
-def log_utility(x: np.ndarray, bases=None, offset: float = 0.0) -> np.ndarray:
+def log_utility(x: np.ndarray, bases: Iterable[float] | None = None, offset: float = 0.0) -> np.ndarray:
     """L(x): exact log floored at LOG_FLOOR, or the reference's PL interpolation through ``bases``.
 
     ``offset`` > 0 (exact log only): ``log(x + offset)``, a utility whose first steps are not worth orders of
@@ -52,21 +58,21 @@ def log_utility(x: np.ndarray, bases=None, offset: float = 0.0) -> np.ndarray:
     if bases is None:
         if offset > 0:
             return np.log(x + offset)
-        return np.log(np.maximum(x, LOG_FLOOR))
+        return cast(np.ndarray, np.log(np.maximum(x, LOG_FLOOR)))
     b = np.asarray(sorted(float(v) for v in bases), dtype=float)
     vals = np.log(np.maximum(b, LOG_FLOOR))
-    return np.interp(x, b, vals)
+    return cast(np.ndarray, np.interp(x, b, vals))
 
 
 @dataclass
 class WindowJob:
-    job_id: object
+    job_id: Any
     gpus: int
-    weight: float            # w_i for the solver (already clipped)
-    utility: np.ndarray      # f_i(0..nmax_i)
-    remaining: float         # R_i (s)
-    floor: float             # R_i - (E_i - e_i) d_i : remaining time the window cannot remove
-    min_rounds: int = 0      # planned at least this many rounds (a finishing job: to completion)
+    weight: float  # w_i for the solver (already clipped)
+    utility: np.ndarray  # f_i(0..nmax_i)
+    remaining: float  # R_i (s)
+    floor: float  # R_i - (E_i - e_i) d_i : remaining time the window cannot remove
+    min_rounds: int = 0  # planned at least this many rounds (a finishing job: to completion)
 
     @property
     def nmax(self) -> int:
@@ -75,7 +81,7 @@ class WindowJob:
 
 @dataclass
 class WindowProblem:
-    jobs: list
+    jobs: list[WindowJob]
     num_gpus: int
     rounds: int
     round_length: float
@@ -84,17 +90,27 @@ class WindowProblem:
 
 @dataclass
 class WindowSolution:
-    counts: dict                  # job_id -> n_i
+    counts: dict[Any, Any]  # job_id -> n_i
     objective: float
-    status: str                   # optimal | time_limit | ...
+    status: str  # optimal | time_limit | ...
     solve_time: float
     mip_gap: float | None = None
-    info: dict = field(default_factory=dict)
+    info: dict[Any, Any] = field(default_factory=dict)
 
 
-def make_window_job(job_id, gpus: int, weight: float, epochs_done: float, total_epochs: float,
-                    mean_epoch_duration: float, remaining: float, rounds: int, round_length: float,
-                    bases=None, offset: float = 0.0) -> WindowJob:
+def make_window_job(
+    job_id: Any,
+    gpus: int,
+    weight: float,
+    epochs_done: float,
+    total_epochs: float,
+    mean_epoch_duration: float,
+    remaining: float,
+    rounds: int,
+    round_length: float,
+    bases: Iterable[float] | None = None,
+    offset: float = 0.0,
+) -> WindowJob:
     """Utility table f(0..nmax) for one job (see module docstring).
 
     ``mean_epoch_duration``: the duration of the epochs still to run (the policy passes R-hat / epochs left, the
@@ -121,7 +137,7 @@ def capacity_classes(gpus: np.ndarray, num_gpus: int) -> list[tuple[int, float]]
     return out
 
 
-def objective_value(problem: WindowProblem, counts: dict) -> float:
+def objective_value(problem: WindowProblem, counts: dict[Any, Any]) -> float:
     """The program's objective for given round counts (for tests and for checking solver answers)."""
     jobs = problem.jobs
     if not jobs:
@@ -136,10 +152,10 @@ def objective_value(problem: WindowProblem, counts: dict) -> float:
     return welfare / nw - problem.k * worst
 
 
-def is_count_feasible(problem: WindowProblem, counts: dict) -> bool:
+def is_count_feasible(problem: WindowProblem, counts: dict[Any, Any]) -> bool:
     g = np.array([j.gpus for j in problem.jobs])
     n = np.array([counts.get(j.job_id, 0) for j in problem.jobs])
-    if np.any(n < 0) or any(c > j.nmax for c, j in zip(n, problem.jobs)):
+    if np.any(n < 0) or any(c > j.nmax for c, j in zip(n, problem.jobs, strict=False)):
         return False
     for s, cap in capacity_classes(g, problem.num_gpus):
         if float(np.sum((g * n)[g >= s])) > problem.rounds * cap + 1e-9:
@@ -147,7 +163,9 @@ def is_count_feasible(problem: WindowProblem, counts: dict) -> bool:
     return True
 
 
-def build_milp(problem: WindowProblem):
+def build_milp(
+    problem: WindowProblem,
+) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
     """Matrices for ``min c.x  s.t.  rl <= A x <= ru, lb <= x <= ub``; plus integrality (and the constant).
 
     x = [n (N, integer), y (sum_i nmax_i, in [0, 1]), M]: ``n_i = sum_m y_im`` and job i's utility is
@@ -171,11 +189,11 @@ def build_milp(problem: WindowProblem):
     integ[:N] = 1
     ub[:N] = nm
     lb[:N] = [min(max(int(j.min_rounds), 0), j.nmax) for j in jobs]
-    ub[N:N + Y] = 1.0
+    ub[N : N + Y] = 1.0
     const = 0.0
     for i, j in enumerate(jobs):
         if j.nmax:
-            c[N + off[i]: N + off[i + 1]] = -scale * j.weight * np.diff(j.utility)
+            c[N + off[i] : N + off[i + 1]] = -scale * j.weight * np.diff(j.utility)
         const -= scale * j.weight * float(j.utility[0])
     g = np.array([j.gpus for j in jobs], dtype=float)
     c0 = max([0.0] + [j.floor for j in jobs])
@@ -185,7 +203,7 @@ def build_milp(problem: WindowProblem):
     rl, ru = [np.zeros(N)], [np.zeros(N)]
     r = N
     rem = np.array([j.remaining for j in jobs], dtype=float)
-    bind = np.nonzero(rem > c0)[0]           # M + D n_i >= R_i only where it can bind above c0
+    bind = np.nonzero(rem > c0)[0]  # M + D n_i >= R_i only where it can bind above c0
     kb = len(bind)
     rows += [r + np.arange(kb), r + np.arange(kb)]
     cols += [np.full(kb, iM), bind]
@@ -207,7 +225,7 @@ def build_milp(problem: WindowProblem):
     return c, A, np.concatenate(rl), np.concatenate(ru), lb, ub, integ, const
 
 
-def _round_and_fill(problem: WindowProblem, x_n: np.ndarray) -> dict:
+def _round_and_fill(problem: WindowProblem, x_n: np.ndarray) -> dict[Any, Any]:
     """Integer counts from an LP solution: round down (never over capacity), then add rounds greedily by
     utility gain per GPU while every capacity class has room (adding a round never lowers the objective)."""
     jobs = problem.jobs
@@ -219,7 +237,8 @@ def _round_and_fill(problem: WindowProblem, x_n: np.ndarray) -> dict:
     classes = capacity_classes(g, problem.num_gpus)
     room = {s: W * cap - float(np.sum((g * n)[g >= s])) for s, cap in classes}
     sizes = [s for s, _ in classes]
-    def step_gain(i):
+
+    def step_gain(i: int) -> float:
         j = jobs[i]
         return -j.weight * float(j.utility[n[i] + 1] - j.utility[n[i]]) / j.gpus
 
@@ -236,10 +255,10 @@ def _round_and_fill(problem: WindowProblem, x_n: np.ndarray) -> dict:
                 room[s] -= gi
         if n[i] < jobs[i].nmax:
             heapq.heappush(heap, (step_gain(i), neg_rem, i))
-    return {j.job_id: int(v) for j, v in zip(jobs, n)}
+    return {j.job_id: int(v) for j, v in zip(jobs, n, strict=False)}
 
 
-def solve_window(problem: WindowProblem, backend, time_limit: float, rel_gap: float) -> WindowSolution:
+def solve_window(problem: WindowProblem, backend: Backend, time_limit: float, rel_gap: float) -> WindowSolution:
     """Build and solve; raises whatever the backend raises (the policy catches).
 
     With ``LP_FIRST_MIN_JOBS`` jobs or more, first the LP relaxation, rounded (``_round_and_fill``): the LP
@@ -269,7 +288,7 @@ def solve_window(problem: WindowProblem, backend, time_limit: float, rel_gap: fl
         res = backend.solve(c, A, rl, ru, lb, ub, integ, time_limit=left, rel_gap=rel_gap)
         if res.x is not None:
             n = np.rint(res.x[:N]).astype(int)
-            counts = {j.job_id: int(min(max(v, 0), j.nmax)) for j, v in zip(jobs, n)}
+            counts = {j.job_id: int(min(max(v, 0), j.nmax)) for j, v in zip(jobs, n, strict=False)}
             if is_count_feasible(problem, counts):
                 obj = objective_value(problem, counts)
                 if best is None or obj > best[1]:
@@ -279,5 +298,11 @@ def solve_window(problem: WindowProblem, backend, time_limit: float, rel_gap: fl
     if best is None:
         raise RuntimeError("window program: solver answer violates capacity")
     counts, obj = best
-    return WindowSolution(counts, obj, status, time.perf_counter() - t0, gap,
-                          {"rows": A.shape[0], "cols": A.shape[1], "lp_bound": lp_bound})
+    return WindowSolution(
+        counts,
+        obj,
+        status,
+        time.perf_counter() - t0,
+        gap,
+        {"rows": A.shape[0], "cols": A.shape[1], "lp_bound": lp_bound},
+    )

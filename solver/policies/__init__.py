@@ -1,5 +1,6 @@
 """Scheduling policies: one small class each, one module each; every class describes itself (base.Policy)
 and the registry finds it.  `make_policy(name)` builds one by name."""
+
 from __future__ import annotations
 
 from solver.policies.base import Policy

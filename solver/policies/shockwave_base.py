@@ -18,12 +18,14 @@ earliest fair-finish deadline first).  Not a policy itself (no label, so the reg
 * No fallback of its own: when there is neither a plan nor a solution, `decide` raises PlanUnavailable and the round
   loop runs the one fallback (slurm_shockwave/controller/loop.py) and counts it.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from solver.market.fairshare import FairShareTracker, rho_hat, user_shares
 from solver.placement import Packer
@@ -34,6 +36,19 @@ from solver.types import ClusterView, JobPlan, RoundDecision
 log = logging.getLogger("solver.market")
 
 
+_Table = dict[Any, Any]  # job id -> a value or a dict of details
+
+
+class _WindowSettings(Protocol):
+    """What the shared part reads of either policy's settings (ShockwaveConfig, ShockwaveEDFConfig)."""
+
+    future_rounds: int
+    reopt_rounds: int
+
+    @property
+    def starvation_bound_rounds(self) -> int: ...
+
+
 class PlanUnavailable(RuntimeError):
     """The window cannot be planned this round and no earlier plan covers it: the caller's fallback decides."""
 
@@ -41,43 +56,55 @@ class PlanUnavailable(RuntimeError):
 class ShockwaveBase(Policy):
     """Subclasses give `_fill_order` (who takes GPUs freed since the plan was made, with per-job details for
     explain) and `_plan_window` (sets plan, plan_rules, plan_meta; may raise: the cached plan is used, else
-    `decide` raises PlanUnavailable).  ``restate``: the predictor's restatement rule (solver/predictor.py), the reference's by default."""
+    `decide` raises PlanUnavailable).  ``restate``: the predictor's restatement rule (solver/predictor.py), the
+    reference's by default."""
 
     restate = "reference"
+    config: _WindowSettings  # Policy.__init__ validates it; each subclass names its model
 
-    def __init__(self, config=None) -> None:
+    if TYPE_CHECKING:  # given by the subclasses
+
+        def _fill_order(self, view: ClusterView, est: _Table, r: int) -> tuple[list[Any], _Table]: ...
+        def _plan_window(
+            self, view: ClusterView, est: _Table, share: _Table, fill: list[Any], fresh: _Table
+        ) -> None: ...
+
+    def __init__(self, config: object = None) -> None:
         super().__init__(config)
         self.fairshare = FairShareTracker()
-        self.known_jobs: set = set()
-        self.plan: dict[int, list] = {}          # absolute round -> job ids
-        self.plan_rules: dict[int, dict] = {}    # absolute round -> {job id: the rule that placed it}
-        self.plan_meta: dict = {}                # job id -> details from the last plan (rho-hat, weight, rounds)
+        self.known_jobs: set[Any] = set()
+        self.plan: dict[int, list[Any]] = {}  # absolute round -> job ids
+        self.plan_rules: dict[int, dict[Any, Any]] = {}  # absolute round -> {job id: the rule that placed it}
+        self.plan_meta: dict[Any, Any] = {}  # job id -> details from the last plan (rho-hat, weight, rounds)
         self.last_solve_round: int | None = None
         self.last_solve_time = 0.0
         self.last_status = ""
-        self.summaries: dict[str, RegimeSummary] = {}   # per job: running regime counts (O(1) per new epoch)
-        self.last_ran: dict[str, int] = {}             # per job: last round it ran (or first seen - 1)
-        self.budgets: dict = {}                        # per job: its market budget this round (user_shares)
+        self.summaries: dict[str, RegimeSummary] = {}  # per job: running regime counts (O(1) per new epoch)
+        self.last_ran: dict[str, int] = {}  # per job: last round it ran (or first seen - 1)
+        self.budgets: dict[Any, Any] = {}  # per job: its market budget this round (user_shares)
 
     # ------------------------------------------------------------------ state (a controller restart keeps it)
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[Any, Any]:
         return {
-            "version": 2, "policy": self.name,
+            "version": 2,
+            "policy": self.name,
             "fairshare": self.fairshare.state_dict(),
             "known_jobs": sorted(self.known_jobs, key=str),
             "plan": [[r, list(ids)] for r, ids in sorted(self.plan.items())],
-            "plan_rules": [[r, [[j, rule] for j, rule in rules.items()]] for r, rules in sorted(self.plan_rules.items())],
+            "plan_rules": [
+                [r, [[j, rule] for j, rule in rules.items()]] for r, rules in sorted(self.plan_rules.items())
+            ],
             "plan_meta": [[jid, dict(m)] for jid, m in self.plan_meta.items()],
             "last_solve_round": self.last_solve_round,
             "last_ran": dict(self.last_ran),
         }
 
-    def load_state_dict(self, state: Mapping) -> None:
+    def load_state_dict(self, state: Mapping[Any, Any]) -> None:
         self.fairshare.load_state_dict(state.get("fairshare", {}))
         self.known_jobs = set(state.get("known_jobs", []))
         self.last_ran = {str(k): int(v) for k, v in dict(state.get("last_ran", {})).items()}
         self.summaries = {}
-        if state.get("policy", self.name) == self.name:      # another policy's plan is not this one's
+        if state.get("policy", self.name) == self.name:  # another policy's plan is not this one's
             self.plan = {int(r): list(ids) for r, ids in state.get("plan", [])}
             self.plan_rules = {int(r): {j: rule for j, rule in rules} for r, rules in state.get("plan_rules", [])}
             self.plan_meta = {jid: dict(m) for jid, m in state.get("plan_meta", [])}
@@ -98,14 +125,19 @@ class ShockwaveBase(Policy):
         r = int(view.round_index)
         self._track(view, r)
         est = self._estimates(view)
-        share, self.budgets = user_shares(view.num_gpus, view.jobs)       # {job: s_i}, {job: market budget B_i}
+        share, self.budgets = user_shares(view.num_gpus, view.jobs)  # {job: s_i}, {job: market budget B_i}
         changed = self._targets(view, est, share, r)
         if not view.jobs:
             self.plan, self.plan_meta, self.plan_rules = {}, {}, {}
             return RoundDecision((), path="idle")
         fill, fresh = self._fill_order(view, est, r)
-        need = (changed or r not in self.plan or self.last_solve_round is None
-                or r - self.last_solve_round >= self.config.reopt_rounds or r < self.last_solve_round)
+        need = (
+            changed
+            or r not in self.plan
+            or self.last_solve_round is None
+            or r - self.last_solve_round >= self.config.reopt_rounds
+            or r < self.last_solve_round
+        )
         path, solve_time = "cached", 0.0
         if need:
             t0 = time.perf_counter()
@@ -115,8 +147,10 @@ class ShockwaveBase(Policy):
                 path = "solved"
             except Exception as exc:  # the plan of an earlier round still covers this one: keep it (logged)
                 if r not in self.plan:
-                    raise PlanUnavailable(f"{self.name}: the window cannot be planned in round {r} and no "
-                                          f"earlier plan covers it ({type(exc).__name__}: {exc})") from exc
+                    raise PlanUnavailable(
+                        f"{self.name}: the window cannot be planned in round {r} and no "
+                        f"earlier plan covers it ({type(exc).__name__}: {exc})"
+                    ) from exc
                 log.warning("%s: window plan failed in round %d (%s); the cached plan is kept", self.name, r, exc)
                 path = "cached"
             solve_time = time.perf_counter() - t0
@@ -137,20 +171,21 @@ class ShockwaveBase(Policy):
         for key in [k for k in self.summaries if k not in keys]:
             del self.summaries[key]
 
-    def _targets(self, view: ClusterView, est: dict, share: dict, r: int) -> bool:
+    def _targets(self, view: ClusterView, est: dict[Any, Any], share: dict[Any, float], r: int) -> bool:
         """Re-estimate the fair-finish targets when the active set changed (True) or a job has none yet."""
         active = {j.job_id for j in view.jobs}
         changed = active != self.known_jobs
         missing = [j for j in view.jobs if not self.fairshare.has(j.job_id)]
         if changed or missing:
             targets = view.jobs if changed else missing
-            self.fairshare.reestimate(r, {j.job_id: (est[j.job_id]["done"] + est[j.job_id]["raw"]) / share[j.job_id]
-                                          for j in targets})
+            self.fairshare.reestimate(
+                r, {j.job_id: (est[j.job_id]["done"] + est[j.job_id]["raw"]) / share[j.job_id] for j in targets}
+            )
             self.fairshare.forget(active)
             self.known_jobs = active
         return changed
 
-    def _estimates(self, view: ClusterView) -> dict:
+    def _estimates(self, view: ClusterView) -> dict[Any, Any]:
         est = {}
         D = float(view.round_length)
         for j in view.jobs:
@@ -174,12 +209,17 @@ class ShockwaveBase(Policy):
                     cur_d = raw / max(E - j.epochs_done, 1.0)
                 rem = max(raw - frac * cur_d, 1e-3)
                 progress = min(j.epochs_done + frac, E - 0.5)
-            est[j.job_id] = {"raw": raw, "remaining": rem, "progress": progress, "epochs": E,
-                             "finishing": j.epochs_done >= j.total_epochs > 0,
-                             "done": done_duration_from_summary(summ, pred.durations)}
+            est[j.job_id] = {
+                "raw": raw,
+                "remaining": rem,
+                "progress": progress,
+                "epochs": E,
+                "finishing": j.epochs_done >= j.total_epochs > 0,
+                "done": done_duration_from_summary(summ, pred.durations),
+            }
         return est
 
-    def _due(self, view: ClusterView, r: int) -> dict:
+    def _due(self, view: ClusterView, r: int) -> dict[Any, Any]:
         """Seconds from now to each job's fair-finish deadline (arrival + F-bar); inf without a target."""
         out = {}
         for j in view.jobs:
@@ -187,21 +227,25 @@ class ShockwaveBase(Policy):
             out[j.job_id] = fb - (view.now - j.arrival_time) if fb is not None else math.inf
         return out
 
-    def _rho_hat(self, view: ClusterView, est: dict, share: dict, r: int) -> dict:
-        return {j.job_id: rho_hat(view.now - j.arrival_time, est[j.job_id]["remaining"], share[j.job_id],
-                                  self.fairshare.fbar(j.job_id, r)) for j in view.jobs}
+    def _rho_hat(self, view: ClusterView, est: dict[Any, Any], share: dict[Any, float], r: int) -> dict[Any, float]:
+        return {
+            j.job_id: rho_hat(
+                view.now - j.arrival_time, est[j.job_id]["remaining"], share[j.job_id], self.fairshare.fbar(j.job_id, r)
+            )
+            for j in view.jobs
+        }
 
-    def _waited(self, jid, r: int) -> int:
+    def _waited(self, jid: Any, r: int) -> int:
         return r - self.last_ran.get(str(jid), r - 1) - 1
 
-    def user_caps(self, view: ClusterView) -> dict:
+    def user_caps(self, view: ClusterView) -> dict[Any, Any]:
         """Each user's share of the GPUs: G times its part of the budgets (fairshare.user_shares)."""
-        cap: dict = {}
+        cap: dict[Any, Any] = {}
         for j in view.jobs:
             cap[j.user] = cap.get(j.user, 0.0) + view.num_gpus * self.budgets.get(j.job_id, 1.0) / len(view.jobs)
         return cap
 
-    def _guard(self, view: ClusterView, run: list, extra: list) -> tuple[list, list]:
+    def _guard(self, view: ClusterView, run: list[Any], extra: list[Any]) -> tuple[list[Any], list[Any]]:
         """No-starvation guard: jobs that waited >= B rounds first (longest wait, then oldest), each user up to
         its share of the GPUs (a user's first overdue job always counts: more jobs buy no more guard rounds),
         head of line never skipped; then the planned jobs (``run``), then ``extra``, while they fit.  Returns
@@ -212,7 +256,9 @@ class ShockwaveBase(Policy):
         if not overdue:
             return run, []
         overdue.sort(key=lambda i: (-self._waited(i, r), -(view.now - jobs[i].arrival_time), str(i)))
-        out, packer, cap, taken = [], Packer(view.capacity), self.user_caps(view), {}
+        out: list[Any] = []
+        taken: dict[str, int] = {}
+        packer, cap = Packer(view.capacity), self.user_caps(view)
         for jid in overdue:
             u, g = jobs[jid].user, jobs[jid].num_gpus
             if taken.get(u, 0) and taken[u] + g > cap[u] + 1e-9:
@@ -222,10 +268,10 @@ class ShockwaveBase(Policy):
             out.append(jid)
             taken[u] = taken.get(u, 0) + g
         chosen = set(out)
-        for capped in (True, False):          # then the plan: each user up to its share first, then what fits
+        for capped in (True, False):  # then the plan: each user up to its share first, then what fits
             for jid in list(run) + list(extra):
                 u, g = jobs[jid].user, jobs[jid].num_gpus
-                if jid in chosen or capped and taken.get(u, 0) + g > cap[u] + 1e-9:
+                if jid in chosen or (capped and taken.get(u, 0) + g > cap[u] + 1e-9):
                     continue
                 if packer.take_job(jobs[jid]):
                     out.append(jid)
@@ -233,8 +279,15 @@ class ShockwaveBase(Policy):
                     taken[u] = taken.get(u, 0) + g
         return out, overdue
 
-    def _from_plan(self, view: ClusterView, est: dict, path: str, solve_time: float, fill: list,
-                   fresh: dict) -> RoundDecision:
+    def _from_plan(
+        self,
+        view: ClusterView,
+        est: dict[Any, Any],
+        path: str,
+        solve_time: float,
+        fill: list[Any],
+        fresh: dict[Any, Any],
+    ) -> RoundDecision:
         """This round of the plan; GPUs freed since it was made go to `fill` (rule "backfill"); then the guard."""
         r = int(view.round_index)
         jobs = {j.job_id: j for j in view.jobs}
@@ -246,13 +299,14 @@ class ShockwaveBase(Policy):
                 run.append(jid)
                 rule[jid] = planned_rules.get(jid, "market")
         rest = [jid for jid in fill if jid not in set(run)]
-        cap, taken = self.user_caps(view), {}
+        taken: dict[str, int] = {}
+        cap = self.user_caps(view)
         for jid in run:
             taken[jobs[jid].user] = taken.get(jobs[jid].user, 0) + jobs[jid].num_gpus
-        for capped in (True, False):          # each user up to its share first, then whatever fits
+        for capped in (True, False):  # each user up to its share first, then whatever fits
             for jid in rest:
                 u, g = jobs[jid].user, jobs[jid].num_gpus
-                if jid in rule or capped and taken.get(u, 0) + g > cap[u] + 1e-9:
+                if jid in rule or (capped and taken.get(u, 0) + g > cap[u] + 1e-9):
                     continue
                 if packer.take_job(jobs[jid]):
                     run.append(jid)
@@ -261,7 +315,7 @@ class ShockwaveBase(Policy):
         run, overdue = self._guard(view, run, rest)
         for jid in run:
             self.last_ran[str(jid)] = r
-        first = {}
+        first: dict[Any, int] = {}
         for t in sorted(self.plan):
             if t >= r:
                 for jid in self.plan[t]:
@@ -272,11 +326,23 @@ class ShockwaveBase(Policy):
             m = {**self.plan_meta.get(jid, {}), **fresh.get(jid, {})}
             running = jid in chosen
             plans[jid] = JobPlan(
-                jid, rule=("guard" if jid in overdue_set else rule.get(jid, "backfill")) if running else "",
-                predicted_remaining_s=est[jid]["remaining"], rho_hat=m.get("rho_hat"), weight=m.get("weight"),
-                rounds_planned=int(m.get("rounds_planned") or 0), next_offset=0 if running else first.get(jid),
-                fair_finish_in_s=m.get("fair_finish_in_s"), critical_path=bool(m.get("critical_path")),
-                waited_rounds=0 if running else self._waited(jid, r), overdue=jid in overdue_set)
-        return RoundDecision(tuple(run), plans, path=path, solve_time_s=solve_time, solver_status=self.last_status,
-                             window_rounds=self.config.future_rounds)
-
+                jid,
+                rule=("guard" if jid in overdue_set else rule.get(jid, "backfill")) if running else "",
+                predicted_remaining_s=est[jid]["remaining"],
+                rho_hat=m.get("rho_hat"),
+                weight=m.get("weight"),
+                rounds_planned=int(m.get("rounds_planned") or 0),
+                next_offset=0 if running else first.get(jid),
+                fair_finish_in_s=m.get("fair_finish_in_s"),
+                critical_path=bool(m.get("critical_path")),
+                waited_rounds=0 if running else self._waited(jid, r),
+                overdue=jid in overdue_set,
+            )
+        return RoundDecision(
+            tuple(run),
+            plans,
+            path=path,
+            solve_time_s=solve_time,
+            solver_status=self.last_status,
+            window_rounds=self.config.future_rounds,
+        )

@@ -15,9 +15,11 @@ Settings that scale with the cluster:
   docs/performance.md); None = twice the window, ``2 * future_rounds`` (B = W cost 2-7% makespan on a
   generated 100-job trace and on the 120-job one; 2W keeps the guarantee at 80 min with 120 s rounds).
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Literal, Mapping
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -25,8 +27,9 @@ PosInt = Annotated[int, Field(ge=1)]
 
 
 class ShockwaveConfig(BaseModel):
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, validate_assignment=True, extra="ignore",
-                              populate_by_name=True, frozen=False)
+    model_config = ConfigDict(
+        strict=True, allow_inf_nan=False, validate_assignment=True, extra="ignore", populate_by_name=True, frozen=False
+    )
 
     future_rounds: int = Field(20, ge=1, le=1000)
     k: float = Field(1e-3, ge=0.0, le=1e12)
@@ -45,17 +48,17 @@ class ShockwaveConfig(BaseModel):
 
     @field_validator("solver", mode="before")
     @classmethod
-    def _lower(cls, v):
+    def _lower(cls, v: object) -> object:
         return v.lower() if isinstance(v, str) else v
 
     @field_validator("log_bases", mode="before")
     @classmethod
-    def _bases_in(cls, v):
+    def _bases_in(cls, v: object) -> object:
         return tuple(v) if isinstance(v, list) else v
 
     @field_validator("log_bases")
     @classmethod
-    def _bases(cls, v):
+    def _bases(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
         if v is None:
             return v
         b = sorted(float(x) for x in v)
@@ -65,7 +68,7 @@ class ShockwaveConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _absolute_k(cls, data):
+    def _absolute_k(cls, data: object) -> object:
         """An explicit absolute k (the reference's configs) is used as given: it means k_norm = None.  (Every way
         in, constructor or model_validate; a pydantic ValidationError is worded by the caller.)"""
         if isinstance(data, Mapping) and "k" in data and "k_norm" not in data:
@@ -76,19 +79,19 @@ class ShockwaveConfig(BaseModel):
     def starvation_bound_rounds(self) -> int:
         return int(self.starvation_rounds or 2 * self.future_rounds)
 
-    def validate(self) -> None:
+    def validate(self) -> None:  # type: ignore[override]  # an instance check, not pydantic's deprecated classmethod
         """Re-check every field (values are also checked on assignment)."""
         ShockwaveConfig(**self.to_dict())
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "ShockwaveConfig":
+    def from_dict(cls, d: Mapping[Any, Any]) -> ShockwaveConfig:
         if not isinstance(d, Mapping):
             raise ValueError("shockwave config: must be a JSON object")
         names = set(cls.model_fields) | {"lambda"}
         kw = {key: val for key, val in d.items() if key in names and key != "lambda_"}
         return cls(**kw)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[Any, Any]:
         d = self.model_dump()
         d["lambda"] = d.pop("lambda_")
         if d["log_bases"] is not None:

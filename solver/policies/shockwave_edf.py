@@ -19,9 +19,11 @@ this policy; `shockwave-paper` is the market as published.  Shared parts (predic
 Its remaining times count every epoch left, the current one included (the predictor's ``"remaining"`` rule; the
 paper's restatement is one epoch short, which mattered for the short jobs of the demo).
 """
+
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,11 +39,21 @@ class ShockwaveEDFConfig(BaseModel):
 
     future_rounds: int = Field(20, ge=1, le=1000, description="rounds of the plan (expected starts, pinning)")
     reopt_rounds: int = Field(8, ge=1, le=1000, description="remake the plan at least this often (rounds)")
-    critical_margin: float = Field(0.15, ge=0.0, le=10.0, description=(
-        "a job with (1 + margin) x its predicted remaining time >= the makespan bound is on the critical path "
-        "(bench/probe_deadline.py's value, not tuned)"))
-    starvation_rounds: int | None = Field(None, ge=1, le=100000, description=(
-        "a job that has not run for this many rounds runs next; None: twice the window"))
+    critical_margin: float = Field(
+        0.15,
+        ge=0.0,
+        le=10.0,
+        description=(
+            "a job with (1 + margin) x its predicted remaining time >= the makespan bound is on the critical path "
+            "(bench/probe_deadline.py's value, not tuned)"
+        ),
+    )
+    starvation_rounds: int | None = Field(
+        None,
+        ge=1,
+        le=100000,
+        description=("a job that has not run for this many rounds runs next; None: twice the window"),
+    )
 
     @property
     def starvation_bound_rounds(self) -> int:
@@ -51,15 +63,18 @@ class ShockwaveEDFConfig(BaseModel):
 class ShockwaveEDF(ShockwaveBase):
     name = "shockwave-edf"
     label = "Shockwave-EDF"
-    description = ("the default: Shockwave's predictor and fair-finish targets, earliest deadline first "
-                   "(finishing jobs, then the makespan's critical path, then the earliest fair-finish deadline); "
-                   "no market.")
+    description = (
+        "the default: Shockwave's predictor and fair-finish targets, earliest deadline first "
+        "(finishing jobs, then the makespan's critical path, then the earliest fair-finish deadline); "
+        "no market."
+    )
     config_model = ShockwaveEDFConfig
     order = 0
     default = True
-    restate = "remaining"     # whole epochs left, the current one included (the reference's is one short)
+    config: ShockwaveEDFConfig
+    restate = "remaining"  # whole epochs left, the current one included (the reference's is one short)
 
-    def _fill_order(self, view: ClusterView, est: dict, r: int) -> tuple[list, dict]:
+    def _fill_order(self, view: ClusterView, est: dict[Any, Any], r: int) -> tuple[list[Any], dict[Any, Any]]:
         """The critical path, longest predicted remaining first, then every other job by its fair-finish deadline
         (earliest first; jobs without a target last).  Times are relative to now and to each job's arrival only.
         Returns (order, {job: {"critical_path", "fair_finish_in_s"}})."""
@@ -76,34 +91,48 @@ class ShockwaveEDF(ShockwaveBase):
         share = G / max(len({j.user for j in jobs}), 1)
         gpus = {j.job_id: j.num_gpus for j in jobs}
         user = {j.job_id: j.user for j in jobs}
-        crit, taken = set(), {}
+        crit: set[Any] = set()
+        taken: dict[str, int] = {}
         for i in sorted((i for i in rem if rem[i] * margin >= bound), key=lambda i: (-rem[i], str(i))):
             t = taken.get(user[i], 0)
             if t == 0 or t + gpus[i] <= share:
                 crit.add(i)
                 taken[user[i]] = t + gpus[i]
-        fresh = {i: {"critical_path": i in crit, "fair_finish_in_s": due[i] if math.isfinite(due[i]) else None}
-                 for i in rem}
+        fresh = {
+            i: {"critical_path": i in crit, "fair_finish_in_s": due[i] if math.isfinite(due[i]) else None} for i in rem
+        }
         return sorted(rem, key=lambda i: (i not in crit, -rem[i] if i in crit else due[i], str(i))), fresh
 
-    def _plan_window(self, view: ClusterView, est: dict, share: dict, fill: list, fresh: dict) -> None:
+    def _plan_window(
+        self, view: ClusterView, est: dict[Any, Any], share: dict[Any, Any], fill: list[Any], fresh: dict[Any, Any]
+    ) -> None:
         r, G, D, W = int(view.round_index), int(view.num_gpus), float(view.round_length), self.config.future_rounds
         gpus = {j.job_id: j.num_gpus for j in view.jobs}
-        finishing = sorted((j for j in view.jobs if est[j.job_id]["finishing"] and 0 < j.num_gpus <= G),
-                           key=lambda j: (j.arrival_time, str(j.job_id)))
+        finishing = sorted(
+            (j for j in view.jobs if est[j.job_id]["finishing"] and 0 < j.num_gpus <= G),
+            key=lambda j: (j.arrival_time, str(j.job_id)),
+        )
         user = {j.job_id: j.user for j in view.jobs}
         # fairness is between users: first every user up to its share of the GPUs (user_caps; a user's first
         # job always counts), then whatever still fits, in order
         cap = self.user_caps(view)
-        pinned, counts, used, taken = {}, {}, 0, {}   # job -> the rule that pinned it; rounds it needs in the window
+        pinned: dict[Any, str] = {}  # job -> the rule that pinned it
+        counts: dict[Any, int] = {}  # job -> rounds it needs in the window
+        taken: dict[str, int] = {}
+        used = 0
         order = [j.job_id for j in finishing] + fill
         for capped in (True, False):
             for jid in order:
                 u, g = user[jid], gpus[jid]
-                if jid in pinned or used + g > G or capped and taken.get(u, 0) and taken[u] + g > cap[u] + 1e-9:
+                if jid in pinned or used + g > G or (capped and taken.get(u, 0) and taken[u] + g > cap[u] + 1e-9):
                     continue
-                pinned[jid] = ("finishing" if est[jid]["finishing"] else
-                               "critical_path" if fresh.get(jid, {}).get("critical_path") else "deadline")
+                pinned[jid] = (
+                    "finishing"
+                    if est[jid]["finishing"]
+                    else "critical_path"
+                    if fresh.get(jid, {}).get("critical_path")
+                    else "deadline"
+                )
                 counts[jid] = int(min(W, max(1, math.ceil(est[jid]["remaining"] / D - 1e-9))))
                 used += g
                 taken[u] = taken.get(u, 0) + g
@@ -112,10 +141,16 @@ class ShockwaveEDF(ShockwaveBase):
         self.plan = {r + t: ids for t, ids in enumerate(rounds)}
         self.plan_rules = {r + t: {i: pinned.get(i, "backfill") for i in ids} for t, ids in enumerate(rounds)}
         rho = self._rho_hat(view, est, share, r)
-        planned = {}
+        planned: dict[Any, int] = {}
         for ids in rounds:
             for i in ids:
                 planned[i] = planned.get(i, 0) + 1
-        self.plan_meta = {j.job_id: {"rho_hat": rho[j.job_id], "weight": self.budgets[j.job_id],
-                                     "rounds_planned": planned.get(j.job_id, 0)} for j in view.jobs}
+        self.plan_meta = {
+            j.job_id: {
+                "rho_hat": rho[j.job_id],
+                "weight": self.budgets[j.job_id],
+                "rounds_planned": planned.get(j.job_id, 0),
+            }
+            for j in view.jobs
+        }
         self.last_status = "planned"

@@ -17,15 +17,18 @@ This project's fixes that are not a change of mechanism, each named (shockwave_b
 The hyperparameters are ShockwaveConfig's (shockwave_config.py); `explain` shows per job which rule placed it
 (finishing, market, backfill, guard) and `RoundLoop.decided_by` measures the share of each.
 """
+
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
+from typing import Any
 
-from solver.market.backends import make_backend
+from solver.market.backends import Backend, make_backend
 from solver.market.fairshare import priority_weight
 from solver.market.plan import backfill, pack_rounds
-from solver.market.program import WindowProblem, make_window_job, solve_window
+from solver.market.program import WindowJob, WindowProblem, make_window_job, solve_window
 from solver.policies.shockwave_base import ShockwaveBase
 from solver.policies.shockwave_config import ShockwaveConfig
 from solver.types import ClusterView
@@ -38,46 +41,70 @@ class ShockwavePaper(ShockwaveBase):
     label = "Shockwave (paper)"
     aliases = ("shockwave",)
     reference_name = "shockwave"
-    description = ("the paper's mechanism: a windowed Nash-social-welfare (volatile Fisher) market over the "
-                   "Bayesian predictor's remaining times decides who runs (NSDI '23).")
+    description = (
+        "the paper's mechanism: a windowed Nash-social-welfare (volatile Fisher) market over the "
+        "Bayesian predictor's remaining times decides who runs (NSDI '23)."
+    )
     config_model = ShockwaveConfig
     order = 1
+    config: ShockwaveConfig
 
-    def __init__(self, config: ShockwaveConfig | None = None, backend=None) -> None:
+    def __init__(
+        self, config: ShockwaveConfig | Mapping[str, Any] | None = None, backend: Backend | None = None
+    ) -> None:
         super().__init__(config)
-        self.backend = backend if backend is not None else make_backend(self.config.solver,
-                                                                        self.config.solver_num_threads)
+        self.backend = (
+            backend if backend is not None else make_backend(self.config.solver, self.config.solver_num_threads)
+        )
 
-    def _fill_order(self, view: ClusterView, est: dict, r: int) -> tuple[list, dict]:
+    def _fill_order(self, view: ClusterView, est: dict[Any, Any], r: int) -> tuple[list[Any], dict[Any, Any]]:
         """GPUs freed mid-plan and idle GPUs: longest predicted remaining first (the reference's backfill)."""
         G = int(view.num_gpus)
         due = self._due(view, r)
         fresh = {jid: {"fair_finish_in_s": d if math.isfinite(d) else None} for jid, d in due.items()}
-        order = sorted((j.job_id for j in view.jobs if 0 < j.num_gpus <= G),
-                       key=lambda i: (-est[i]["remaining"], str(i)))
+        order = sorted(
+            (j.job_id for j in view.jobs if 0 < j.num_gpus <= G), key=lambda i: (-est[i]["remaining"], str(i))
+        )
         return order, fresh
 
-    def _plan_window(self, view: ClusterView, est: dict, share: dict, fill: list, fresh: dict) -> None:
+    def _plan_window(
+        self, view: ClusterView, est: dict[Any, Any], share: dict[Any, Any], fill: list[Any], fresh: dict[Any, Any]
+    ) -> None:
         cfg = self.config
         r, G, D, W = int(view.round_index), int(view.num_gpus), float(view.round_length), cfg.future_rounds
         rho = self._rho_hat(view, est, share, r)
-        wjobs, meta = [], {}
+        wjobs: list[WindowJob] = []
+        meta: dict[Any, dict[str, float]] = {}
         for j in view.jobs:
             e = est[j.job_id]
             lw, w = priority_weight(rho[j.job_id], e["remaining"], D, cfg.rhomax, cfg.lambda_, self.budgets[j.job_id])
             meta[j.job_id] = {"rho_hat": rho[j.job_id], "weight": w, "log_weight": lw}
             if 0 < j.num_gpus <= G:
                 E, P = e["epochs"], e["progress"]
-                d_future = e["remaining"] / max(E - P, 1e-9)    # predicted regimes' mean epoch duration
+                d_future = e["remaining"] / max(E - P, 1e-9)  # predicted regimes' mean epoch duration
                 offset = 0.0 if cfg.log_bases is not None else 1.0 / E
-                wjobs.append(make_window_job(j.job_id, j.num_gpus, w * j.num_gpus, P, E, d_future,
-                                             e["remaining"], W, D, cfg.log_bases, offset))
+                wjobs.append(
+                    make_window_job(
+                        j.job_id,
+                        j.num_gpus,
+                        w * j.num_gpus,
+                        P,
+                        E,
+                        d_future,
+                        e["remaining"],
+                        W,
+                        D,
+                        cfg.log_bases,
+                        offset,
+                    )
+                )
         k = cfg.k if cfg.k_norm is None else cfg.k_norm / (max(len(wjobs), 1) * W * D)
         # a finishing job keeps its GPUs until it ends (oldest first while their gangs fit in one round)
         forced, used = set(), 0
         arrival = {j.job_id: j.arrival_time for j in view.jobs}
-        for wj in sorted((wj for wj in wjobs if est[wj.job_id]["finishing"]),
-                         key=lambda wj: (arrival[wj.job_id], str(wj.job_id))):
+        for wj in sorted(
+            (wj for wj in wjobs if est[wj.job_id]["finishing"]), key=lambda wj: (arrival[wj.job_id], str(wj.job_id))
+        ):
             if used + wj.gpus <= G:
                 wj.min_rounds = wj.nmax
                 forced.add(wj.job_id)
@@ -88,19 +115,22 @@ class ShockwavePaper(ShockwaveBase):
 
         # jobs planned in every round first (they are in every round anyway, fewer fragments), then Smith's rule
         # w/n (the exchange-optimal order of the reference's rank objective), larger gangs first, shorter first
-        def prio(i):
+        def prio(i: Any) -> float:
             return meta[i]["log_weight"] - math.log(max(counts[i], 1))
-        order = sorted(counts, key=lambda i: (i not in forced, counts[i] < W, -prio(i), -gpus[i],
-                                              est[i]["remaining"], str(i)))
+
+        order = sorted(
+            counts, key=lambda i: (i not in forced, counts[i] < W, -prio(i), -gpus[i], est[i]["remaining"], str(i))
+        )
         rounds, short = pack_rounds(order, gpus, counts, G, W, pinned=forced)
         if short:
-            log.info("%s: round %d packing left %d job-rounds unplaced (backfilled)", self.name, r,
-                     sum(short.values()))
+            log.info("%s: round %d packing left %d job-rounds unplaced (backfilled)", self.name, r, sum(short.values()))
         packed = [set(ids) for ids in rounds]
         rounds = backfill(rounds, fill, gpus, G)
         self.plan = {r + t: ids for t, ids in enumerate(rounds)}
-        self.plan_rules = {r + t: {i: "finishing" if i in forced else "market" if i in packed[t] else "backfill"
-                                   for i in ids} for t, ids in enumerate(rounds)}
+        self.plan_rules = {
+            r + t: {i: "finishing" if i in forced else "market" if i in packed[t] else "backfill" for i in ids}
+            for t, ids in enumerate(rounds)
+        }
         for jid, m in meta.items():
             m["rounds_planned"] = int(counts.get(jid, 0))
         self.plan_meta = meta
