@@ -215,7 +215,8 @@ class Runner:
             from slurm_shockwave.events.summary import summarize
             events = EventReader(self.ctx.store).read_job(self.ctx.job_id, expected_uid=os.geteuid()).events
             return events, summarize(events)
-        except Exception:  # noqa: BLE001 - the callers decide what an unreadable store means
+        except Exception as exc:  # the callers decide what an unreadable store means; said here once
+            warn(f"cannot read this job's own events from {self.ctx.store}: {type(exc).__name__}: {exc}")
             return None
 
     def _all_epochs_reported(self) -> bool:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Mapping
 
+from slurm_shockwave.wrapper.context import warn
+
 #: retry ``scontrol requeue`` at most this long when the job's end time is unknown (no time limit)
 DEFAULT_RETRY_S = 3600.0
 #: stop retrying this many seconds before the job's end time (Slurm kills the job then)
@@ -66,7 +68,8 @@ def hinted_epochs(comment: str, marker: str = "shockwave") -> int | None:
     try:
         from slurm_shockwave.slurm.hints import parse_hints
         hints = parse_hints(comment, marker)
-    except Exception:  # noqa: BLE001 - an invalid hint is the controller's business, not ours
+    except Exception as exc:  # an invalid hint is the controller's business (it quarantines the job): said, ignored
+        warn(f"ignoring the job comment's hints ({type(exc).__name__}: {exc})")
         return None
     return getattr(hints, "epochs", None) if hints is not None else None
 
