@@ -166,7 +166,7 @@ def test_authoritative_holds_signals_then_requeues_after_grace():
 
 def test_a_journalled_requeue_is_never_repeated():
     jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=0, ac=PREEMPTED)]
-    done = lambda job, restarts: job == 5 and restarts == 0  # noqa: E731
+    done = lambda job, restarts: job == 5 and restarts == 0
     assert reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: 100.0}, 60, done) == []
     # after the requeue really happened the restart count moved on: a later preemption is allowed
     jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=1, ac=PREEMPTED)]
@@ -241,22 +241,31 @@ def test_enactment_stops_at_the_first_call_slurmctld_does_not_answer():
     assert len(cli.calls) == 1 and [s for _, s in results] == ["failed"] + ["skipped"] * (len(acts) - 1)
 
 
-def test_a_requeued_job_is_released_no_sooner_than_the_restart_gap():
+def test_a_requeued_job_is_released_no_sooner_than_the_restart_gap(tmp_path):
     """Slurm 24.11 kills a restart in the same second as its requeue (the job ends FAILED): the backend waits
     until RESTART_GAP_SECONDS after it first saw the requeued job PENDING before a release."""
-    from slurm_shockwave.slurm.backend import SlurmBackend
-    from slurm_shockwave.slurm.enact import Action
     from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS
+    from solver.types import RoundDecision
+    from tests.slurm_backend_fakes import fake_backend, sent, slurm_job
 
-    b = SlurmBackend.__new__(SlurmBackend)
-    slept = []
-    b.sleep, b.clock = slept.append, lambda: 100.3
-    b._pending_since = {(5, 1): 100.0, (6, 2): 50.0}
-    b._wait_restart_gap([Action("site_factor", (5,), HIGH)])            # no release: no wait
-    b._wait_restart_gap([Action("release", (6,), "")])                  # requeued long ago: no wait
-    assert slept == []
-    b._wait_restart_gap([Action("release", (5, 6), "")])
+    def requeued(job_id, restarts):           # pending again after its requeue, held by us
+        return slurm_job(job_id, held=True, state_reason="JobHeldAdmin", priority=0, restart_count=restarts,
+                         admin_comment=HELD)
+    now, slept = [50.0], []
+    b = fake_backend(tmp_path, [slurm_job(5, state="RUNNING", start_time=1), requeued(6, 2)],
+                     clock=lambda: now[0], sleep=slept.append)
+    b.observe()                                                         # 6 first seen requeued at 50
+    now[0] = 100.0
+    b.cli.jobs = [requeued(5, 1), requeued(6, 2)]
+    b.observe()                                                         # 5 at 100
+    now[0] = 100.3
+    b.apply(RoundDecision(run=()))                                      # no release: no wait
+    assert "release" not in [a.verb for a in sent(b)]
+    b.apply(RoundDecision(run=(6,)))                                    # requeued long ago: no wait
+    assert slept == [] and [a.job_ids for a in sent(b) if a.verb == "release"] == [(6,)]
+    b.apply(RoundDecision(run=(5, 6)))
     assert slept == [pytest.approx(100.0 + RESTART_GAP_SECONDS - 100.3)]
+    assert [a.job_ids for a in sent(b) if a.verb == "release"] == [(6,), (5, 6)]
 
 
 def test_a_run_whose_wrapper_has_not_reported_its_start_is_not_signalled_yet():

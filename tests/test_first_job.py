@@ -108,14 +108,3 @@ def test_brackets_are_text_and_wide_tables_are_not_cut_in_a_log(tmp_path):
     assert reason in res.output and "…" not in res.output                        # one line, whole
     res = CliRunner().invoke(cli, ["explain", "11", "--state-dir", str(tmp_path)])
     assert res.exit_code == 0 and "[bold]ana[/bold]" in res.output and "[see /var/log/x.log]" in res.output
-
-
-def test_the_demo_tables_are_not_cut_in_a_log(capsys):
-    from slurm_shockwave.cli.common import console
-    from shockwave_lab.demo.report import render_tables
-    names = [f"swdemo-alice-{i}-a-rather-long-job-name" for i in range(3)]
-    jobs = [{"name": n, "user": "[u]alice", "mode": "gns", "gpus": 1, "epochs": "3/3", "batch_sizes": [32],
-             "jct_s": 10.0, "rho": 1.0, "restarts": 0} for n in names]
-    render_tables({"runs": {"shockwave": {"jobs": jobs, "real": {"makespan_s": 10.0}}}}, console())
-    out = capsys.readouterr().out
-    assert all(n in out for n in names) and "[u]alice" in out and "…" not in out

@@ -138,7 +138,7 @@ def test_preempted_twice_keeps_first_arrival_rho_and_fair_share(cluster):
         for key in ("rho_hat", "fair_finish_in_s"):                          # fair_finish_in_s: the fair-share target
             assert getattr(outs[0], key) is not None and getattr(outs[0], key) == getattr(outs[1], key), (key, outs)
         rec, _at = ctl.state.latest_round()
-        assert rec.job_context(a)["submit_time"] == float(submit0)
+        assert rec.job_context(a).submit_time == float(submit0)
     finally:
         ctl.close()
         cancel(cluster, {a, b})
@@ -216,9 +216,9 @@ def test_released_reason_unmanaged_capacity_no_requeue_and_ended_early(cluster):
         assert cl["gpus"] == 4 and cl["gpus_unmanaged"] == 1 and cl["gpus_managed_capacity"] == 3
         assert cl["unmanaged_pending"] == 1 and cl["unmanaged_pending_gpus"] == 4
         rec, _at = ctl.state.latest_round()
-        unm = rec.context["unmanaged"]
-        assert rec.view.num_gpus == 3 and unm["running"][0]["expected_end"] is not None
-        assert [r["job_id"] for r in unm["pending"]] == [big]
+        unm = rec.context.unmanaged
+        assert rec.view.num_gpus == 3 and unm.running[0].expected_end is not None
+        assert [r.job_id for r in unm.pending] == [big]
         text = CliRunner().invoke(cli, ["status", "--state-dir", str(root / "state")]).output
         assert "1 unmanaged" in text and "/4 GPUs busy" in text
         # the short job exits 0 after 2 of 12 epochs: shown as ended early, not as a stale row

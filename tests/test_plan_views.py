@@ -51,25 +51,25 @@ def test_arrival_is_the_first_submit_time():
 
 def test_eta_sources_and_confidence():
     v, m = build(FakeJob())
-    assert m["eta_source"] == "default" and m["eta_confidence"] == "low"
+    assert m.eta_source == "default" and m.eta_confidence == "low"
     v, m = build(FakeJob(time_limit=20))                           # 20 min over 10 epochs: 120 s/epoch, bound
-    assert m["eta_source"] == "time_limit" and v.epoch_duration_by_bs == {32: 120.0}
+    assert m.eta_source == "time_limit" and v.epoch_duration_by_bs == {32: 120.0}
     v, m = build(FakeJob(), history={32: (6.0, 40)})
-    assert m["eta_source"] == "history" and m["eta_confidence"] == "medium" and v.epoch_duration_by_bs[32] == 6.0
+    assert m.eta_source == "history" and m.eta_confidence == "medium" and v.epoch_duration_by_bs[32] == 6.0
     v, m = build(FakeJob(), marker={"epochs": 10, "bs": 32, "epoch_s": 9.0}, history={32: (6.0, 40)})
-    assert m["eta_source"] == "hint" and v.epoch_duration_by_bs == {32: 9.0}
+    assert m.eta_source == "hint" and v.epoch_duration_by_bs == {32: 9.0}
     p = JobProgress(epochs_done=2, total_epochs=10, batch_size=32, bs_runs=((32, 2),),
                     epoch_duration_by_bs={32: 5.0})
     v, m = build(FakeJob(), p=p, history={32: (6.0, 40)})
-    assert m["eta_source"] == "events" and m["eta_confidence"] == "high" and v.epochs_done == 2
+    assert m.eta_source == "events" and m.eta_confidence == "high" and v.epochs_done == 2
     assert fmt_eta(60, "low") == "~1 min, low confidence" and fmt_eta(600, "high") == "~10 min"
 
 
 def test_no_requeue_warning():
     _v, m = build(FakeJob(requeue=False))
-    assert any("--no-requeue" in w for w in m["warnings"])
+    assert any("--no-requeue" in w for w in m.warnings)
     _v, m = build(FakeJob())
-    assert m["warnings"] == []
+    assert m.warnings == ()
 
 
 def test_view_round_trip_is_exact():
@@ -228,25 +228,3 @@ def test_status_reads_the_snapshot_me_watch_and_unmanaged(tmp_path, monkeypatch)
     assert ex["predicted_remaining_s"] == 600.0 == ex["plan"]["predicted_remaining_s"]
     assert ex["reason"] == rows["3"]["reason"]
     assert rows["3"]["rho_hat"] is None                            # a non-finite number is stored as null
-
-
-def test_demo_report_has_both_columns_and_reads_the_numbers():
-    from shockwave_lab.demo.report import render_markdown
-    share = lambda a, b: {"share": {"ana": a, "ben": b}, "user_jct": {"ana": 100.0 * a + 50, "ben": 100.0 * b + 50}}  # noqa: E731
-    job = lambda n, jct: {"name": n, "user": "ana", "mode": "static", "gpus": 4, "epochs": "4/4", "batch_sizes": [32],  # noqa: E731
-                          "jct_s": jct, "rho": jct / 50, "restarts": 0}
-    res = {"where": "slurm", "nodes": 2, "gpus_per_node": 4, "round_seconds": 20, "mode": "authoritative",
-           "wall_s": 400.0, "cpus": 2, "load": 3.0, "workload": [{"name": "a", "user": "ana", "mode": "static",
-                                                                   "gpus": 4, "epochs": 4, "delay_s": 0}],
-           "runs": {"slurm": {"real": {"makespan_s": 200.0, "avg_jct_s": 150.0, "worst_rho": 3.5, "unfair_fraction": 50.0,
-                                       "restarts": 0, "user_share": share(1.0, 0.0)}, "jobs": [job("a", 120.0)],
-                              "simulated": {"makespan_s": 190.0, "avg_jct_s": 140.0, "worst_rho": 3.0, "per_job": {"a": 110.0}}},
-                    "shockwave": {"real": {"makespan_s": 220.0, "avg_jct_s": 120.0, "worst_rho": 2.0, "unfair_fraction": 40.0,
-                                           "restarts": 3, "user_share": share(0.5, 0.5)}, "jobs": [job("a", 150.0)],
-                                  "simulated": {"makespan_s": 210.0, "avg_jct_s": 125.0, "worst_rho": 2.2, "per_job": {"a": 140.0}}}}}
-    text = render_markdown(res)
-    assert "| plain Slurm | Shockwave | plain Slurm, simulated (FIFO+backfill) | Shockwave, simulated |" in text
-    assert "| worst rho | 3.50 | 2.00 | - | 2.20 |" not in text           # the FIFO model's value is shown
-    assert "| worst rho | 3.50 | 2.00 | 3.00 | 2.20 |" in text
-    assert "| ana: GPU share while all wait | 100% | 50% | - | - |" in text
-    assert "from 3.50 (plain Slurm) to 2.00 (Shockwave)" in text and "(-20%)" in text and "(+10%)" in text

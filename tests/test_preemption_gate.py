@@ -138,17 +138,3 @@ def test_the_controller_counts_a_restart_before_the_next_round_as_wasted():
                           "wasted_restarted_early": 1} and not log.open
     log.save()
     assert PreemptionLog(state).counts == log.counts                   # counts survive a restart
-
-
-def test_the_replay_simulates_with_the_gate_and_the_measured_cost_and_reports_waste():
-    from shockwave_lab.demo.preemption import simulate_gated
-    from shockwave_lab.demo.report import summary_rows
-    from shockwave_lab.demo.workload import short_workload
-    jobs = [(dj, i) for i, dj in enumerate(short_workload())]
-    rows = [{"bs_per_epoch": [], "epoch_duration_by_bs": {}, "submit": dj.delay_s} for dj, _ in jobs]
-    sim = simulate_gated(jobs, rows, 4, 20.0, 12.5, step_time_guess=0.06)
-    assert sim["preempt_cost_s"] == 12.5 and sim["preemptions_wasted"] == 0 and len(sim["per_job"]) == len(jobs)
-    head, table_rows = summary_rows({"runs": {"shockwave": {"simulated": sim}}})
-    by = {r[0]: r[1:] for r in table_rows}
-    assert by["preemptions kept / wasted"] == [f"{sim['preemptions_kept']} / 0"]
-    assert by["preemption cost s"] == ["12.5"]

@@ -186,7 +186,7 @@ def test_parse_listing_rejects_what_it_did_not_ask_for():
 def test_22_05_always_reads_everything():
     fake, _cli = reader(4)
     q = QueueReader()
-    run = lambda argv: fake(argv).stdout  # noqa: E731
+    run = lambda argv: fake(argv).stdout
     for _ in range(3):
         q.read(run, "22.05")
     assert fake.json_reads() == ["all"] * 3 and q.last["mode"] == "full"

@@ -174,8 +174,8 @@ def test_disk_full_keeps_running_enacts_nothing_then_resumes(slurm_cluster, tmpf
     t.start()
     filler = None
     try:
-        rounds = lambda: metrics.rounds.labels("done")._value.get()          # noqa: E731
-        failures = lambda: metrics.state_write_failures._value.get()          # noqa: E731
+        rounds = lambda: metrics.rounds.labels("done")._value.get()
+        failures = lambda: metrics.state_write_failures._value.get()
         wait_for(lambda: rounds() >= 2, timeout=30, what="two rounds")
         filler = fill(state)
         full_at = time.time()

@@ -100,7 +100,7 @@ class ControllerThread(threading.Thread):
             self.ctl, self.metrics = make_controller(tmp_path, runner, **ctl)
             self.port = free_port()
             self.metrics.serve(self.port, "127.0.0.1")
-        except BaseException as e:      # noqa: BLE001 - reported by the test
+        except BaseException as e:      # reported by the test
             self.error = e
             self.ready.set()
             raise

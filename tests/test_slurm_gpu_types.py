@@ -13,7 +13,6 @@ from slurm_shockwave.journal.store import StateStore
 from shockwave_lab.localcluster.config import ClusterSettings, Paths, render_gres_conf, render_slurm_conf
 from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
 from slurm_shockwave.slurm.gpu_types import GpuTypes, gpus_by_type, request_type, tres_steering
-from slurm_shockwave.slurm.nodes import NodePins
 from slurm_shockwave.slurm.parse import parse_gpu_count, parse_nodes_json, parse_squeue_json
 from solver.types import GPU
 
@@ -83,10 +82,8 @@ def test_recorded_outputs_with_typed_gpus(version):
 
 
 def _node(name, by_type, features=(), partitions=("gpu",), state="idle"):
-    from slurm_shockwave.slurm.gpu_types import GpuNode
-    return GpuNode(name=name, state=state, state_flags=(), gpus=sum(by_type.values()), gpus_used=0, cpus=4,
-                   alloc_cpus=0, partitions=partitions, reason="", address="", port=None,
-                   by_type=tuple(by_type.items()), features=tuple(features))
+    from tests.slurm_backend_fakes import slurm_node
+    return slurm_node(name, by_type, features, partitions, state)
 
 
 def _jobs(version="24.11"):
@@ -236,28 +233,21 @@ def test_an_earlier_type_of_ours_left_by_a_failed_update_is_not_taken_for_the_us
     assert types2.steer({free: {"v100": 2}}, {free}, "22.05", {}) == []
 
 
-def test_the_backend_steers_after_a_gpu_count_update_and_before_the_release():
-    from types import SimpleNamespace
-
-    from slurm_shockwave.slurm.backend import SlurmBackend
+def test_the_backend_steers_after_a_gpu_count_update_and_before_the_release(tmp_path):
+    from slurm_shockwave.slurm.ownership import format_mark
     from solver.types import RoundDecision
+    from tests.slurm_backend_fakes import fake_backend, me, report, sent, slurm_node
 
-    types, jobs = _typed_round()
+    jobs = _jobs()
     pinned, constrained, free = jobs
-    b = SlurmBackend.__new__(SlurmBackend)
-    b.types, b.cli, b.clock, b.sleep = types, SimpleNamespace(slurm_version="24.11"), lambda: 10.0, lambda s: None
-    b.pins = NodePins()
-    b.cfg = SimpleNamespace(mode="advisory", site_factor=100, grace_seconds=30, preempt_signal="USR1",
-                            min_run_seconds=0, partition="gpu")
-    b.round_length, b.signalled, b._orphans, b._pending_since, b._restarts, b._left = 60.0, {}, [], {}, {}, {}
-    b.preemptions = SimpleNamespace(kept=lambda n: None, save=lambda: None)
-    b.state = SimpleNamespace(requeued_at=lambda *a: False, put=lambda *a: None)
-    b._observed = {free: Observed(free, "PENDING", True, "JobHeldAdmin", 0, 0, 2, wanted_gpus=1, mark="held"),
-                   pinned: Observed(pinned, "PENDING", True, "JobHeldAdmin", 0, 0, 2, mark="held", gpu_type="k80")}
-    sent = []
-    b.enactor = SimpleNamespace(execute=lambda r, actions, counts, on_done=None: sent.extend(actions))
-    b.round_index = 1
+    held = dict(comment="shockwave", partition="gpu", held=True, state_reason="JobHeldAdmin", priority=0,
+                admin_comment=format_mark("held", "deferred"), user_id=me())
+    b = fake_backend(tmp_path, [replace(jobs[j], **held) for j in (pinned, free)],
+                     [slurm_node("node1", {"v100": 2}, ["v100"]), slurm_node("node2", {"k80": 2}, ["k80"])])
+    report(b, free, gpus=1)                        # the free job now asks for 1 GPU (per node) instead of 2
+    b.observe()
     b.apply(RoundDecision(run=(free, pinned), placement={free: {"k80": 1}, pinned: {"k80": 2}}))
+    sent = sent(b)
     verbs = [(a.verb, a.job_ids) for a in sent]
     assert verbs.index(("update_gpus", (free,))) < verbs.index(("place_tres", (free,))) < \
         verbs.index(("release", tuple(sorted((free, pinned)))))

@@ -13,11 +13,11 @@ import pytest
 
 from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
-from slurm_shockwave.slurm.gpu_types import GpuNode
 from slurm_shockwave.slurm.nodes import VERB, NodePins, expand_hostlist, journal_pins, per_node_gpus
 from slurm_shockwave.slurm.ownership import format_mark
 from slurm_shockwave.slurm.parse import parse_squeue_json
 from solver.types import GPU, JobPlan, RoundDecision
+from tests.slurm_backend_fakes import fake_backend, sent, slurm_node
 
 DATA = Path(__file__).parent / "data" / "slurm"
 VERSIONS = ["22.05", "24.11", "26.05"]
@@ -59,9 +59,7 @@ def test_recorded_queues_read_the_required_node_list_and_running_nodes(version):
 
 
 def _node(name, by_type, partitions=("gpu",), state="idle"):
-    return GpuNode(name=name, state=state, state_flags=(), gpus=sum(by_type.values()), gpus_used=0, cpus=4,
-                   alloc_cpus=0, partitions=partitions, reason="", address="", port=None,
-                   by_type=tuple(by_type.items()), features=())
+    return slurm_node(name, by_type, (), partitions, state)
 
 
 def test_the_view_lists_each_nodes_gpus_less_the_unmanaged_running_jobs_on_it():
@@ -235,39 +233,25 @@ def test_a_failed_pin_call_that_names_no_job_fails_every_pin_and_an_unreachable_
     assert state.settled == [([4], "failed"), ([8], "failed")]          # both journalled, both settled
 
 
-def _backend(pins, jobs, mode):
-    from slurm_shockwave.slurm.backend import SlurmBackend
-    from slurm_shockwave.slurm.gpu_types import GpuTypes
-
-    b = SlurmBackend.__new__(SlurmBackend)
-    b.types, b.pins, b.cli, b.clock, b.sleep = GpuTypes(), pins, SimpleNamespace(slurm_version="24.11"), \
-        lambda: 10.0, lambda s: None
-    b.cfg = SimpleNamespace(mode=mode, site_factor=HIGH, grace_seconds=30, preempt_signal="USR1", min_run_seconds=0,
-                            partition="gpu")
-    b.round_length, b.signalled, b._orphans, b._pending_since, b._restarts, b._left = 60.0, {}, [], {}, {}, {}
-    b.preemptions = SimpleNamespace(kept=lambda n: None, save=lambda: None, signalled=lambda *a: None)
-    b.state = SimpleNamespace(requeued_at=lambda *a: False, put=lambda *a: None)
-    held = format_mark("held", "deferred")
-    b._observed = {6: Observed(6, "PENDING", True, "JobHeldAdmin", 0, 0, 3, admin_comment=held, mark="held"),
-                   1: Observed(1, "RUNNING", False, "", 0, HIGH, 2, running_for=600.0)}
-    sent = []
-    b.enactor = SimpleNamespace(execute=lambda r, actions, counts, on_done=None: sent.extend(actions))
-    b.round_index = 1
-    return b, sent
-
-
 @pytest.mark.parametrize("mode", ["advisory", "authoritative"])
-def test_the_backend_pins_before_the_release_and_moves_only_in_authoritative_mode(mode):
-    pins, jobs = _round()
-    b, sent = _backend(pins, jobs, mode)
+def test_the_backend_pins_before_the_release_and_moves_only_in_authoritative_mode(mode, tmp_path):
+    jobs = _jobs()          # 1 runs on node1 (for 600 s); 6 is pending, held by us, and asks for 3 GPUs on one node
+    ours = dict(comment="shockwave", partition="gpu")
+    running = replace(jobs[1], **ours, start_time=1000, gpus=2)
+    waiting = replace(jobs[6], **ours, gpus=3, gpus_per_node=3, num_nodes=1, held=True, state_reason="JobHeldAdmin",
+                      priority=0, admin_comment=format_mark("held", "deferred"))
+    b = fake_backend(tmp_path, [running, waiting], [_node("node1", {GPU: 4}), _node("node2", {GPU: 4})], mode=mode,
+                     clock=lambda: 1600.0)
+    b.observe()
     b.apply(RoundDecision(run=(1, 6), placement={1: {GPU: 2}, 6: {GPU: 3}}, nodes={6: ("node2",), 1: ("node2",)},
                           plans={1: JobPlan(1, rule="deadline", reason="earliest deadline")}))
-    verbs = [(a.verb, a.job_ids, a.value) for a in sent]
+    sent_ = sent(b)
+    verbs = [(a.verb, a.job_ids, a.value) for a in sent_]
     assert verbs.index((VERB, (6,), "node2")) < [v[0] for v in verbs].index("release")
     moved = [(v, ids) for v, ids, _ in verbs if 1 in ids]
     if mode == "authoritative":
         assert moved == [("hold", (1,)), ("signal", (1,))]
-        assert [a.value for a in sent if a.verb == "hold"] == [format_mark("held", "moving to node2")]
+        assert [a.value for a in sent_ if a.verb == "hold"] == [format_mark("held", "moving to node2")]
     else:
         assert moved == []
 

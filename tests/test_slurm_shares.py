@@ -207,9 +207,8 @@ def test_round_budgets_weights_and_fallbacks():
     assert fs.source == "slurm" and fs.weight("sw-ann", "teama") == pytest.approx(1.5)
     assert fs.weight("sw-bob", "teamb") == pytest.approx(1.0)
     ctx = fs.context()
-    assert [(u["user"], u["jobs"], round(u["budget"], 3)) for u in ctx["users"]] == [("sw-ann", 1, 0.6),
-                                                                                   ("sw-bob", 10, 0.4)]
-    assert [(a["account"], a["share"]) for a in ctx["accounts"]] == [("teama", 0.75), ("teamb", 0.25)]
+    assert [(u.user, u.jobs, round(u.budget, 3)) for u in ctx.users] == [("sw-ann", 1, 0.6), ("sw-bob", 10, 0.4)]
+    assert [(a.account, a.share) for a in ctx.accounts] == [("teama", 0.75), ("teamb", 0.25)]
     for answer, note in (((1, "", "sshare: error: Problem talking to the database"), "cannot read shares"),
                          ((0, "Account|User|RawShares|NormShares|RawUsage\n", ""), "accounting is off"),
                          ((0, "Account|User|RawShares|NormShares|RawUsage\nroot|||x|1\n", ""), "not a number")):
@@ -217,7 +216,7 @@ def test_round_budgets_weights_and_fallbacks():
         fs.refresh(weights, jobs, 100.0)
         assert fs.source == "config" and note in fs.note
         assert fs.weight("sw-ann", "teama") == 1.0 and fs.weight("sw-bob", "teamb") == 2.0
-        assert fs.context()["source"] == "config"
+        assert fs.context().source == "config"
     off = FairShareRound(fake_cli("22.05", {TEXT_ARGV: (0, text, "")}))
     off.refresh(WeightsSection(from_slurm=False), jobs, 100.0)
     assert off.source == "config" and off.cli.calls == [] and "from_slurm" in off.note
@@ -230,12 +229,14 @@ def test_status_lines_per_account_and_user():
                                                      Job(2, "sw-bob", "teamb", 1, "RUNNING", 100),
                                                      Job(3, "sw-bob", "teamb")], 1300.0)
     lines = fairshare_lines(fs.context())
+    from slurm_shockwave.journal.context import FairShare
     assert lines[0] == "fair share: budgets from Slurm's shares and decayed usage (sshare); GPU-time of the last 60 min"
     table = [line.split() for line in lines[2:]]
     assert [t[:3] for t in table] == [["teama", "3", "0.75"], ["teamb", "1", "0.25"],
                                       ["teama", "sw-ann", "1"], ["teamb", "sw-bob", "1"]]
     assert table[0][-2:] == ["1.0", "GPU-h"] and table[3][-3:] == ["2", "20", "GPU-min"]   # 3 x 20 min; 1 x 20 min
-    assert fairshare_lines(None) == [] and fairshare_lines({"users": []}) == []
+    assert fairshare_lines(None) == [] and fairshare_lines({"users": []}) == [] and fairshare_lines(FairShare()) == []
+    assert fairshare_lines(fs.context().to_json()) == lines           # the JSON form `status --json` shows
 
 
 def test_gpu_time_in_the_window():
@@ -254,4 +255,4 @@ def test_gpu_time_in_the_window():
     fs.refresh(w, [a], 155.0)                           # the round at t=50 left the window (100 s)
     assert fs.gpu_seconds() == {("a", "ann"): 190.0, ("b", "bob"): 5.0}
     ctx = fs.context()
-    assert ctx["window_s"] == 100 and ctx["users"][0]["gpu_s"] == 190.0 and ctx["accounts"][0]["gpu_s"] == 190.0
+    assert ctx.window_s == 100 and ctx.users[0].gpu_s == 190.0 and ctx.accounts[0].gpu_s == 190.0

@@ -114,7 +114,8 @@ def test_pending_jobs_are_steered_to_their_placed_type_and_a_pinned_one_is_never
     view, decision = _round(backend, (a, cc), {a: {"k80": 2}, cc: {"v100": 2}})   # round 3: A on its own type
     by_id = {j.job_id: j for j in view.jobs}
     assert by_id[a].gpu_type == "k80" and by_id[cc].gpu_type == "v100"      # C: the type it runs on
-    assert backend._meta[cc]["gpu_type_by"] == "slurm" and backend._meta[a]["gpu_type_by"] == "user"
+    jobs = backend.round_context().jobs
+    assert jobs[str(cc)].gpu_type_by == "slurm" and jobs[str(a)].gpu_type_by == "user"
     ja = _running(c, a, "A running")
     assert ja.nodes == "node2" and ja.gpu_request == a_request and ja.features == ""
     assert not [r for v in ("place_tres", "place_features") for r in backend.state.actions(job_id=a, verb=v)]

@@ -25,6 +25,8 @@ from importlib.metadata import entry_points
 from solver.placement import check_placement, place
 from solver.types import ClusterView, RoundDecision
 
+from slurm_shockwave.journal.context import RoundContext
+
 ENTRY_POINT_GROUP = "slurm_shockwave.backends"
 
 
@@ -71,11 +73,11 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def done(self) -> bool: ...
 
-    def round_context(self) -> dict:
-        """What the round's record keeps beside the views and the decision, for status and explain: per-job
-        details the policy does not see under "jobs" ({str(job id): {...}}), cluster-wide ones (the cluster's
-        unmanaged load...) under other keys.  JSON-safe."""
-        return {}
+    def round_context(self) -> RoundContext:
+        """What the round's record keeps beside the views and the decision, for status, explain and the metrics
+        (journal/context.py): per-job details the policy does not see (`RoundContext.jobs`, a `JobContext` per
+        str(job id)) and cluster-wide ones (the cluster's unmanaged load...)."""
+        return RoundContext()
 
     def preemption_costs(self) -> dict:
         """{job: seconds} a preemption of the job costs (checkpoint + requeue + restart), where measured; the

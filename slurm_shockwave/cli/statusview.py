@@ -4,11 +4,15 @@ quarantined since.  No recomputation with placeholder values: one predicted rema
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 
 from solver.types import RULES
 
+from slurm_shockwave.journal.context import FairShare, JobContext, RoundContext, Unmanaged
 from slurm_shockwave.journal.record import SHORT_HISTORY
+
+log = logging.getLogger("slurm_shockwave.status")
 
 STALE_ROUNDS = 3
 
@@ -39,48 +43,49 @@ def last_finished_round(store):
     try:
         return store.db.execute("SELECT round, started, finished FROM rounds WHERE status='done'"
                                 " ORDER BY round DESC LIMIT 1").fetchone()
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - status still shows the snapshot without it
+        log.info("the last finished round cannot be read: %s", e)
         return None
 
 
 def _row_from_record(rec, v) -> dict:
     """One status row of a job the latest round decided on: its view, plan record and Slurm context."""
     plan, ctx = rec.plan(v.job_id), rec.job_context(v.job_id)
-    running = ctx.get("slurm_state") == "RUNNING"
+    running = ctx.slurm_state == "RUNNING"
     remaining = plan.predicted_remaining_s
     return {
         "job_id": str(v.job_id), "user": v.user, "account": v.account, "gpus": v.num_gpus,
-        "state": ctx.get("slurm_state") or "?", "batch_size": v.batch_size,
+        "state": ctx.slurm_state or "?", "batch_size": v.batch_size,
         "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
-        "predicted_remaining_s": remaining, "eta_confidence": ctx.get("eta_confidence"),
-        "eta_source": ctx.get("eta_source"), "eta_detail": ctx.get("eta_detail"),
+        "predicted_remaining_s": remaining, "eta_confidence": ctx.eta_confidence,
+        "eta_source": ctx.eta_source, "eta_detail": ctx.eta_detail,
         "rho_hat": plan.rho_hat, "weight": v.weight, "rule": plan.rule or None,
         "rounds_planned": plan.rounds_planned, "next_planned_round": plan.next_offset,
         "planned_now": v.job_id in set(rec.run),
-        "expected_start": plan.expected_start if not running else ctx.get("start_time"),
+        "expected_start": plan.expected_start if not running else ctx.start_time,
         "expected_end": ((plan.expected_start or rec.view.now or 0) + remaining
                          if remaining is not None and plan.expected_start is not None else None),
-        "submit_time": ctx.get("submit_time"), "restarts": ctx.get("restarts"),
+        "submit_time": ctx.submit_time, "restarts": ctx.restarts,
         "reason": plan.reason or "not in this round's decision",
-        "preempt_cost_s": ctx.get("preempt_cost_s"),
-        "warnings": list(ctx.get("warnings") or ()), "finished": False, "position": None, **_gpu_type(rec, v, ctx)}
+        "preempt_cost_s": ctx.preempt_cost_s,
+        "warnings": list(ctx.warnings), "finished": False, "position": None, **_gpu_type(rec, v, ctx)}
 
 
-def _gpu_type(rec, v, ctx: dict) -> dict:
+def _gpu_type(rec, v, ctx: JobContext) -> dict:
     """On a cluster of several GPU types: the type the job runs on (Slurm's allocation), else the one this round
     placed it on, else the one its user asked for or the controller steered it to (slurm/gpu_types.py)."""
     if len(rec.view.capacity) < 2:
         return {}
     placed = rec.decision.placement.get(v.job_id) or {}
-    if ctx.get("slurm_state") != "RUNNING" and len(placed) == 1:
+    if ctx.slurm_state != "RUNNING" and len(placed) == 1:
         return {"gpu_type": next(iter(placed)), "gpu_type_by": "placement"}
-    return {"gpu_type": ctx.get("gpu_type") or v.gpu_type, "gpu_type_by": ctx.get("gpu_type_by")}
+    return {"gpu_type": ctx.gpu_type or v.gpu_type, "gpu_type_by": ctx.gpu_type_by}
 
 
 def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]]:
     """(cluster summary, one row per job) from the latest round record; finished/quarantined jobs overlaid."""
     rec, recorded_at = store.latest_round() or (None, None)
-    cluster = {k: x for k, x in (rec.context if rec else {}).items() if k != "jobs"}
+    cluster = rec.context if rec else RoundContext()
     cfg = store.get("config", {}) or {}
     last = store.last_round()
     done = last_finished_round(store)
@@ -113,9 +118,9 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                                 r.get("expected_start") or 0, -(r.get("rho_hat") or 0), int(r["job_id"])))
     for i, r in enumerate(pending):
         r["position"] = i + 1
-    unm = cluster.get("unmanaged") or {}
+    unm = cluster.unmanaged or Unmanaged()
     capacity = int(rec.view.num_gpus) if rec else 0
-    partition = int(cluster.get("partition_gpus") or capacity)
+    partition = int(cluster.partition_gpus or capacity)
     live = [r for r in out if not r.get("finished")]
     busy_managed = sum(r["gpus"] or 0 for r in live if r["state"] == "RUNNING")
     planned = sum(r["gpus"] or 0 for r in live if r.get("planned_now"))
@@ -135,21 +140,20 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
                "last_round_at": last["started"] if last else None,
                "seconds_since_last_round": round(now - last["started"], 1) if last else None,
                "seconds_since_finished_round": since_done,
-               "gpus": partition, "gpus_managed_capacity": capacity, "gpus_busy": busy_managed + int(
-                   unm.get("running_gpus") or 0), "gpus_busy_managed": busy_managed,
-               "gpus_unmanaged": int(unm.get("running_gpus") or 0),
-               "unmanaged_running": len(unm.get("running") or ()), "unmanaged_pending": len(unm.get("pending") or ()),
-               "unmanaged_pending_gpus": int(unm.get("pending_gpus") or 0),
+               "gpus": partition, "gpus_managed_capacity": capacity, "gpus_busy": busy_managed + unm.running_gpus,
+               "gpus_busy_managed": busy_managed, "gpus_unmanaged": unm.running_gpus,
+               "unmanaged_running": len(unm.running), "unmanaged_pending": len(unm.pending),
+               "unmanaged_pending_gpus": unm.pending_gpus,
                "gpus_planned": planned, "planned_utilization": round(planned / capacity, 3) if capacity else None,
                "last_solve_seconds": last["decide_seconds"] if last else None,
-               "solver_path": rec.decision.path if rec else None, "mode": cluster.get("mode") or cfg.get("mode"),
+               "solver_path": rec.decision.path if rec else None, "mode": cluster.mode or cfg.get("mode"),
                "policy": (rec.policy if rec else None) or cfg.get("policy"),
-               "dry_run": cluster.get("dry_run", cfg.get("dry_run")),
+               "dry_run": cluster.dry_run if cluster.dry_run is not None else cfg.get("dry_run"),
                "round_seconds": round_length, "jobs": len(live), "fallback": rec.fallback if rec else None,
                "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0), "warnings": warnings,
                "quarantined": len([r for r in out if r["state"] == "QUARANTINED"]),
                "preemptions": (store.get("preemptions") or {}).get("counts") or {},
-               "fairshare": cluster.get("fairshare"),
+               "fairshare": cluster.fairshare.to_json() if cluster.fairshare else None,
                "gpu_types": dict(rec.view.capacity) if rec and len(rec.view.capacity) > 1 else None}
     if not include_finished:
         out = [r for r in out if not r.get("finished") or r["job_id"] in decided]
@@ -165,25 +169,27 @@ def fmt_gpu_time(seconds) -> str:
     return f"{s / 3600:.1f} GPU-h" if s >= 3600 else f"{s / 60:.0f} GPU-min" if s >= 60 else f"{s:.0f} GPU-s"
 
 
-def fairshare_lines(fs: dict | None) -> list[str]:
+def fairshare_lines(fs: FairShare | dict | None) -> list[str]:
     """The market's budgets per account and per user (slurm/fairshare_round.py): shares, decayed usage, budget and
-    the GPU-time of the window, as status prints them."""
-    if not fs or not fs.get("users"):
+    the GPU-time of the window, as status prints them (`fs` a FairShare, or its JSON form as `status --json`
+    shows it)."""
+    fs = FairShare.from_json(fs) if fs is not None else None
+    if fs is None or not fs.users:
         return []
-    window = fmt_duration(fs.get("window_s")).lstrip("~")
-    if fs.get("source") == "slurm":
+    window = fmt_duration(fs.window_s).lstrip("~")
+    if fs.source == "slurm":
         head = "budgets from Slurm's shares and decayed usage (sshare)"
     else:
         head = "budgets from the config's [weights]"
-    lines = [f"fair share: {head}{'; ' + fs['note'] if fs.get('note') else ''}; GPU-time of the last {window}"]
+    lines = [f"fair share: {head}{'; ' + fs.note if fs.note else ''}; GPU-time of the last {window}"]
     lines.append(f"  {'account':<14} {'user':<14} {'shares':>6} {'share':>6} {'usage':>6} {'budget':>6} {'jobs':>5}"
                  f"  GPU-time")
-    rows = [(a, None) for a in fs.get("accounts") or ()] + [(u, u) for u in fs["users"]]
+    rows = [(a, None) for a in fs.accounts] + [(u, u) for u in fs.users]
     for r, user in rows:
-        shares = "-" if r.get("raw_shares") is None else str(r["raw_shares"])
-        lines.append(f"  {r['account'] or '-':<14} {user['user'] if user else '':<14} {shares:>6} "
-                     f"{_f(r.get('share')):>6} {_f(r.get('usage')):>6} {_f(r.get('budget')):>6} "
-                     f"{str(user['jobs']) if user else '':>5}  {fmt_gpu_time(r.get('gpu_s'))}")
+        shares = "-" if r.raw_shares is None else str(r.raw_shares)
+        lines.append(f"  {r.account or '-':<14} {user.user if user else '':<14} {shares:>6} "
+                     f"{_f(r.share):>6} {_f(r.usage):>6} {_f(r.budget):>6} "
+                     f"{str(user.jobs) if user else '':>5}  {fmt_gpu_time(r.gpu_s)}")
     return lines
 
 

@@ -88,8 +88,8 @@ class Controller:
         if saved and hasattr(self.policy, "load_state_dict"):
             try:
                 self.policy.load_state_dict(saved)
-            except Exception:  # noqa: BLE001 - a stale state must not stop the controller
-                log.warning("could not restore the policy state; starting it fresh")
+            except Exception as e:  # noqa: BLE001 - a stale state must not stop the controller
+                log.warning("could not restore the policy state (%s: %s); starting it fresh", type(e).__name__, e)
         self.backend = backend_class(cfg.backend).from_config(cfg, self.state, reader, metrics, clock,
                                                               **backend_options)
         self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal, on_round=self._after, explain=True,
@@ -244,7 +244,7 @@ class Controller:
                 self.state.put("policy_state", self.policy.state_dict())
             except (sqlite3.Error, OSError):
                 raise                           # state not writable: the round stops here, nothing enacted
-            except Exception:  # noqa: BLE001
+            except Exception:                   # the policy's state only speeds up a restart
                 log.warning("policy state not saved", exc_info=True)
         if self.metrics:
             self._round_metrics(record, busy)

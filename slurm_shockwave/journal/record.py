@@ -4,7 +4,8 @@ journal writes it once per round (`StateStore.record_round`), and `status`, `exp
 it back as the same type (`RoundRecord.from_json`).
 
 Serialised as strict JSON (strict_json.dumps): a non-finite number (nan, inf) is written as null, never as
-`Infinity`.
+`Infinity`.  The backend's context is a typed `RoundContext` (journal/context.py); a record whose context is of the
+older dict form reads tolerantly (missing fields at their defaults).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Mapping
 
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
+from slurm_shockwave.journal.context import JobContext, RoundContext
+
 
 @dataclass(frozen=True)
 class RoundRecord:
@@ -23,7 +26,11 @@ class RoundRecord:
     decide_seconds: float = 0.0
     fallback: bool = False                 # the loop replaced the policy's decision by the fallback
     policy: str = ""
-    context: Mapping = field(default_factory=dict)   # backend: {"jobs": {job: {...}}, cluster-wide keys...}
+    context: RoundContext = field(default_factory=RoundContext)   # the backend's (a mapping: its dict form)
+
+    def __post_init__(self):
+        if not isinstance(self.context, RoundContext):
+            object.__setattr__(self, "context", RoundContext.coerce(self.context))
 
     @property
     def round_index(self) -> int:
@@ -36,8 +43,8 @@ class RoundRecord:
     def plan(self, job_id) -> JobPlan:
         return self.decision.plans.get(job_id) or JobPlan(job_id)
 
-    def job_context(self, job_id) -> dict:
-        return dict((self.context.get("jobs") or {}).get(str(job_id)) or {})
+    def job_context(self, job_id) -> JobContext:
+        return self.context.job(job_id)
 
     # ------------------------------------------------------------------ JSON
     def to_json(self) -> dict:
@@ -46,7 +53,7 @@ class RoundRecord:
         jobs = {}
         for j in v.jobs:
             jobs[str(j.job_id)] = {"view": view_to_json(j), "plan": _plan_json(self.plan(j.job_id)),
-                                   "context": self.job_context(j.job_id)}
+                                   "context": self.job_context(j.job_id).to_json()}
         return {
             "round": v.round_index, "now": v.now, "round_length": v.round_length, "capacity": v.num_gpus,
             "capacity_by_type": dict(v.capacity), "cluster_nodes": {n: list(tg) for n, tg in v.nodes.items()},
@@ -56,7 +63,7 @@ class RoundRecord:
             "placement": {str(j): dict(p) for j, p in d.placement.items()},
             "nodes": {str(j): list(n) for j, n in d.nodes.items()},
             "decide_seconds": self.decide_seconds, "fallback": self.fallback, "policy": self.policy,
-            "cluster": {k: x for k, x in self.context.items() if k != "jobs"}, "jobs": jobs}
+            "cluster": self.context.cluster_json(), "jobs": jobs}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "RoundRecord":
@@ -80,7 +87,7 @@ class RoundRecord:
             fallback_reason=d.get("fallback_reason") or "",
             placement={by_key.get(k, k): dict(p) for k, p in (d.get("placement") or {}).items()},
             nodes={by_key.get(k, k): tuple(map(str, n)) for k, n in (d.get("nodes") or {}).items()})
-        context = {**(d.get("cluster") or {}), "jobs": {k: j.get("context") or {} for k, j in jobs.items()}}
+        context = RoundContext.from_json(d.get("cluster"), {k: j.get("context") for k, j in jobs.items()})
         return cls(view, decision, float(d.get("decide_seconds") or 0.0), bool(d.get("fallback")),
                    d.get("policy") or "", context)
 

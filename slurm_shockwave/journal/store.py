@@ -12,6 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from slurm_shockwave.journal.verbs import HOLDING, Verb
 from slurm_shockwave.strict_json import dumps
 
 SCHEMA = """
@@ -79,7 +80,7 @@ class StateStore:
             self.db.execute("UPDATE rounds SET active=?, run=?, decide_seconds=?, mode=?, fallback=?, status='enacting',"
                             " capacity=?, busy=? WHERE round=?",
                             (len(record.view.jobs), dumps([str(j) for j in record.run]), record.decide_seconds,
-                             record.context.get("mode"), int(record.fallback), record.view.num_gpus, busy,
+                             record.context.mode, int(record.fallback), record.view.num_gpus, busy,
                              record.round_index))
             self.db.execute("INSERT OR REPLACE INTO round_views(round, ts, payload) VALUES(?, ?, ?)",
                             (record.round_index, time.time(), payload))
@@ -206,24 +207,25 @@ class StateStore:
         q += " ORDER BY id DESC" + (f" LIMIT {int(limit)}" if limit else "")
         return [dict(r) for r in self.db.execute(q, args)]
 
-    def last_values(self, verb: str) -> dict[int, int]:
+    def last_values(self, verb: Verb) -> dict[int, int]:
         """{job: value of its latest done `verb` action} (e.g. the SiteFactor we last set), in one query."""
         rows = self.db.execute("SELECT job_id, value FROM actions WHERE verb=? AND status='done' ORDER BY id", (verb,))
         return {int(r["job_id"]): json.loads(r["value"]) for r in rows}
 
     def requeued_at(self, job_id, restart_count) -> bool:
         """Was a requeue of this job already issued at this restart count (intent or done)?"""
-        row = self.db.execute("SELECT 1 FROM actions WHERE job_id=? AND verb='requeue_hold' AND restart_count=?"
-                              " AND status IN ('intent', 'done') LIMIT 1", (str(job_id), restart_count)).fetchone()
+        row = self.db.execute("SELECT 1 FROM actions WHERE job_id=? AND verb=? AND restart_count=?"
+                              " AND status IN ('intent', 'done') LIMIT 1",
+                              (str(job_id), Verb.REQUEUE_HOLD, restart_count)).fetchone()
         return row is not None
 
     def held_by_us(self) -> set[str]:
         """Jobs whose latest hold/release action is a hold (what uninstall must release)."""
-        rows = self.db.execute("SELECT job_id, verb FROM actions WHERE verb IN ('hold', 'release', 'requeue_hold')"
-                               " AND status='done' ORDER BY id")
+        rows = self.db.execute("SELECT job_id, verb FROM actions WHERE verb IN (?, ?, ?) AND status='done' ORDER BY id",
+                               (Verb.HOLD, Verb.RELEASE, Verb.REQUEUE_HOLD))
         held: set[str] = set()
         for r in rows:
-            (held.add if r["verb"] in ("hold", "requeue_hold") else held.discard)(r["job_id"])
+            (held.add if r["verb"] in HOLDING else held.discard)(r["job_id"])
         return held
 
     def set_quarantined(self, rows: list[dict], now: float) -> None:

@@ -25,6 +25,8 @@ from solver.types import ClusterView, JobView, RoundDecision
 
 from slurm_shockwave.backends.base import ServiceBackend
 from slurm_shockwave.events.tracker import EventTracker
+from slurm_shockwave.journal.context import JobContext, RoundContext, Unmanaged
+from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm import jobview, preflight
 from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS, SlurmCLI
 from slurm_shockwave.slurm.enact import Enactor, Observed, plan_reasons, reconcile, signal_time
@@ -55,7 +57,11 @@ class SlurmBackend(ServiceBackend):
         """`cli`: a SlurmCLI to use instead of the config's (tests inject failures through it)."""
         return cls(cli or SlurmCLI.from_config(cfg), cfg, journal, reader, metrics, clock or time.time)
 
-    def __init__(self, cli, config, state, reader=None, metrics=None, clock=time.time):
+    def __init__(self, cli: SlurmCLI, config, state, reader=None, metrics=None, clock=time.time, sleep=time.sleep):
+        """Its collaborators: `cli` the Slurm commands (a SlurmCLI, or an object with its methods), `config` the
+        controller config, `state` the journal (a journal.StateStore), `reader` the event store's EventReader (None:
+        no events), `metrics` the Prometheus metrics (None: none), `clock` the time, `sleep` how it waits between a
+        requeue and a release."""
         self.cli, self.cfg, self.state, self.reader, self.metrics = cli, config, state, reader, metrics
         self.round_length = float(config.round_seconds)
         self.clock = clock
@@ -71,18 +77,18 @@ class SlurmBackend(ServiceBackend):
         # holds issued before ownership marks existed (journal): adopted as ours while still held and unmarked
         self._legacy_held = {int(j) for j in state.held_by_us()}
         # the SiteFactor we last set per job (sprio does not list held jobs): loaded once, kept up to date
-        self._site_factor: dict[int, int] = state.last_values("site_factor")
+        self._site_factor: dict[int, int] = state.last_values(Verb.SITE_FACTOR)
         self._events = EventTracker(reader, state)   # bounded per-job event summaries, persisted offsets
         self._observed: dict[int, Observed] = {}
         self._restarts: dict[int, int] = {}
         self._round_started = clock()
-        self._meta: dict = {}                 # job -> what status/explain show beside its view (jobview.build)
-        self._unmanaged: dict = jobview.unmanaged([], set(), None, 0.0)
+        self._meta: dict[int, JobContext] = {}    # job -> what status/explain show beside its view (jobview.build)
+        self._unmanaged = Unmanaged()
         self._partition_gpus = 0
         self._first_submit: dict = {}
         self._history: dict = {}
         self._pending_since: dict = {}        # (job, restart count) of a requeued job -> first seen PENDING
-        self.sleep = time.sleep
+        self.sleep = sleep
         self.preemptions = PreemptionLog(state, metrics)
         self._left: dict = {}                 # job -> predicted seconds of work left (this round's view)
         self._costs: dict = {}                # job -> measured preemption cost (its events)
@@ -154,14 +160,14 @@ class SlurmBackend(ServiceBackend):
                 return None
             return marker
         except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
-            self._bad[getattr(job, "job_id", None)] = f"unreadable job record: {type(e).__name__}: {e}"[:300]
+            self._bad[job.job_id] = f"unreadable job record: {type(e).__name__}: {e}"[:300]
             return None
 
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
         begun = self.clock()        # the round's start: before the reads, so rounds are round_seconds apart
         with ThreadPoolExecutor(1) as pool:       # the nodes are read while the queue is (while Slurm answers)
-            reading = pool.submit(self.cli.sinfo_nodes) if getattr(self.cli, "answering", False) else None
+            reading = pool.submit(self.cli.sinfo_nodes) if self.cli.answering else None
             jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
             nodes = reading.result() if reading is not None else self.cli.sinfo_nodes()
         if self.metrics:
@@ -198,8 +204,9 @@ class SlurmBackend(ServiceBackend):
                 progress = self._events.progress(str(j.job_id))
                 view = self._view(j, marker, progress, now)
                 if progress.preempt_cost_s is not None:
-                    self._costs[j.job_id] = self._meta[j.job_id]["preempt_cost_s"] = progress.preempt_cost_s
-            except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
+                    self._costs[j.job_id] = progress.preempt_cost_s
+                    self._meta[j.job_id] = replace(self._meta[j.job_id], preempt_cost_s=progress.preempt_cost_s)
+            except Exception as e:  # nothing in one job's data may stop a round (quarantined and logged)
                 log.debug("job %s: view failed", j.job_id, exc_info=True)
                 self._bad[j.job_id] = f"could not build its view: {type(e).__name__}: {e}"[:300]
                 failed[j.job_id] = j
@@ -254,22 +261,22 @@ class SlurmBackend(ServiceBackend):
                                                                   moves.items()}}, orphans=self._orphans, moves=moves)
         # a pending job the round placed on a GPU type is steered there after a GPU count update, and pinned to its
         # nodes, before its release
-        first = sum(1 for a in actions if a.verb == "update_gpus")
+        first = sum(1 for a in actions if a.verb == Verb.UPDATE_GPUS)
         actions[first:first] = self.types.steer(decision.placement, run, self.cli.slurm_version, {
             j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus}) \
             + self.pins.pins(assigned, run)
 
         def done(action):
             for j in action.job_ids:
-                if action.verb == "signal":
+                if action.verb == Verb.SIGNAL:
                     self.signalled[j] = [now, self._restarts.get(j, 0)]   # this run only (see enact.py)
                     self.preemptions.signalled(j, self._restarts.get(j, 0), now, self._left.get(j),
                                                self.round_length)
-                elif action.verb == "requeue_hold":
+                elif action.verb == Verb.REQUEUE_HOLD:
                     self.signalled.pop(j, None)
-                elif action.verb == "site_factor":
+                elif action.verb == Verb.SITE_FACTOR:
                     self._site_factor[j] = int(action.value)
-            if action.verb in ("signal", "requeue_hold"):
+            if action.verb in (Verb.SIGNAL, Verb.REQUEUE_HOLD):
                 # saved at once: a crash right after a signal must not send it again
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
                 self.preemptions.save()
@@ -287,7 +294,7 @@ class SlurmBackend(ServiceBackend):
         """A release (which also sends StartTime=now) of a requeued job waits until RESTART_GAP_SECONDS after
         the job was first seen PENDING at this restart count (Slurm 24.11 kills a restart in the same second
         as its requeue: the job would end FAILED).  At most one wait of <= RESTART_GAP_SECONDS per round."""
-        released = {j for a in actions if a.verb == "release" for j in a.job_ids}
+        released = {j for a in actions if a.verb == Verb.RELEASE for j in a.job_ids}
         since = [t for (j, _r), t in self._pending_since.items() if j in released]
         if since:
             wait = max(since) + RESTART_GAP_SECONDS - self.clock()
@@ -295,13 +302,13 @@ class SlurmBackend(ServiceBackend):
                 log.debug("waiting %.2f s before releasing a job requeued just now", wait)
                 self.sleep(min(wait, RESTART_GAP_SECONDS))
 
-    def round_context(self) -> dict:
+    def round_context(self) -> RoundContext:
         """Beside the views: per job what Slurm says (state, time limit, ETA source, warnings), the partition's
         unmanaged load, the quarantined jobs, the mode (status and explain show them)."""
-        return {"jobs": {str(k): m for k, m in self._meta.items()}, "partition_gpus": self._partition_gpus,
-                "unmanaged": self._unmanaged, "mode": self.cfg.mode, "dry_run": self.cfg.dry_run,
-                "quarantined": {str(k): v for k, v in self.quarantined.items()},
-                "fairshare": self.fairshare.context()}
+        return RoundContext(jobs={str(k): m for k, m in self._meta.items()}, partition_gpus=self._partition_gpus,
+                            unmanaged=self._unmanaged, mode=self.cfg.mode, dry_run=self.cfg.dry_run,
+                            quarantined={str(k): v for k, v in self.quarantined.items()},
+                            fairshare=self.fairshare.context())
 
     def advance(self) -> None:
         """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
@@ -312,7 +319,7 @@ class SlurmBackend(ServiceBackend):
         deadline = self._round_started + self.round_length
         poll, min_gap = self.cfg.early_round_timing
         ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
-        foreign = {r["job_id"] for r in self._unmanaged["running"]}
+        foreign = {r.job_id for r in self._unmanaged.running}
         waiting = any(ob.state == "PENDING" for ob in self._observed.values())
         self.early_round = False
         while not self.stop_event.is_set():
@@ -325,7 +332,8 @@ class SlurmBackend(ServiceBackend):
                 continue
             try:
                 live = {j.job_id: j.state for j in self.cli.squeue_jobs(job_ids=ours | foreign)}
-            except Exception:  # noqa: BLE001 - a failed poll just waits for the regular round
+            except Exception as e:  # noqa: BLE001 - a failed poll just waits for the regular round
+                log.debug("early-round poll of the queue failed (%s): waiting for the round boundary", e)
                 continue
             freed = {j for j in ours if live.get(j) not in ACTIVE_STATES}
             freed |= {j for j in foreign if live.get(j) != "RUNNING"}
@@ -375,7 +383,7 @@ class SlurmBackend(ServiceBackend):
             j, marker, p, now, round_length=self.round_length, weight=self.fairshare.weight(j.user, j.account),
             arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key],
             gpu_type=self.types.view_type(j))
-        self._meta[j.job_id].update(self.types.meta(j))
+        self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         return replace(view, nodes=self.pins.running_on(j) if j.state == "RUNNING" else (),
                        allowed_nodes=self.pins.user_nodes(j))
 

@@ -34,6 +34,7 @@ Facts relied on (Slurm 22.05.8):
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -47,6 +48,8 @@ from slurm_shockwave.slurm.parse import (NoNodeList, filter_jobs, parse_sbatch_p
                     parse_sprio_site, parse_squeue_meta)
 from slurm_shockwave.slurm.queue_read import QueueReader, read_selected
 from slurm_shockwave.slurm.shapes import Meta
+
+log = logging.getLogger("slurm_shockwave.slurm")
 
 #: seconds between first seeing a requeued job PENDING and releasing it / ``StartTime=now`` (Slurm 24.11 kills a
 #: restart whose credential dates from the same second as the requeue: see the module docstring)
@@ -213,7 +216,8 @@ class SlurmCLI:
         self._version_asked = True
         try:
             words = self.run(["squeue", "--version"]).stdout.split()
-        except Exception:  # noqa: BLE001 - not known: the queue read reads everything until an answer declares it
+        except Exception as e:  # noqa: BLE001 - not known: the queue read reads everything until an answer declares it
+            log.info("`squeue --version` failed (%s): the Slurm version is read from its JSON answers", e)
             return ""
         m = _VERSION_RE.match(words[-1]) if len(words) == 2 and words[0].startswith("slurm") else None
         return f"{m.group(1)}.{m.group(2)}" if m else ""

@@ -31,11 +31,12 @@ import logging
 import re
 from dataclasses import dataclass
 
+from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.errors import SlurmError, unreachable
 from slurm_shockwave.slurm.ownership import marked, parse_mark, unmarked
 
 #: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
-PIN_VERB = "place_nodes"
+PIN_VERB = Verb.PLACE_NODES
 
 log = logging.getLogger("slurm_shockwave.enact")
 
@@ -55,9 +56,13 @@ _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
 @dataclass(frozen=True)
 class Action:
-    verb: str              # site_factor | hold | release | signal | requeue_hold | update_gpus | mark | place_*
+    verb: Verb             # a plain string is taken for its Verb (ValueError when it is none)
     job_ids: tuple
     value: object = None
+
+    def __post_init__(self):
+        if not isinstance(self.verb, Verb):
+            object.__setattr__(self, "verb", Verb(self.verb))
 
 
 @dataclass
@@ -101,20 +106,20 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
         ours = j.mark == "held"
         if j.state == "PENDING":
             if j.wanted_gpus and j.wanted_gpus != j.gpus:
-                add("update_gpus", j.job_id, f"{j.gpu_type}:{j.wanted_gpus}" if j.gpu_type else j.wanted_gpus)
+                add(Verb.UPDATE_GPUS, j.job_id, f"{j.gpu_type}:{j.wanted_gpus}" if j.gpu_type else j.wanted_gpus)
             if planned:
                 if ours:
-                    add("release" if j.held else "mark", j.job_id, unmarked(j.admin_comment))
+                    add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
                 if j.site_factor != high:
-                    add("site_factor", j.job_id, high)
+                    add(Verb.SITE_FACTOR, j.job_id, high)
             else:
                 if j.site_factor != 0:
-                    add("site_factor", j.job_id, 0)
+                    add(Verb.SITE_FACTOR, j.job_id, 0)
                 old = parse_mark(j.admin_comment) if ours else None
                 reason = reasons.get(j.job_id) or (old.reason if old else "") or "deferred"
                 want = marked(j.admin_comment, "held", reason)
                 if ours and j.hold_reason == "JobHeldUser":
-                    add("hold", j.job_id, want)          # ours, left with requeuehold's user hold
+                    add(Verb.HOLD, j.job_id, want)          # ours, left with requeuehold's user hold
                 elif not j.held:
                     new_holds.append((j.job_id, want))   # marked and held as admin in one update
                 elif ours and want != j.admin_comment:
@@ -125,9 +130,9 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 # a job can be held while running (it started between our observation and our hold): the
                 # hold stays with it (a requeue brings it back held), so it is released with its mark
                 if planned:
-                    add("release" if j.held else "mark", j.job_id, unmarked(j.admin_comment))
+                    add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
                 elif not j.held:
-                    add("mark", j.job_id, unmarked(j.admin_comment))
+                    add(Verb.MARK, j.job_id, unmarked(j.admin_comment))
             if mode != "authoritative" or not lost:
                 continue
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
@@ -138,27 +143,27 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 continue
             want = marked(j.admin_comment, "held", reasons.get(j.job_id) or "preempted")
             if not j.held:
-                add("hold", j.job_id, want)              # held before the signal: a self-requeue stays held
+                add(Verb.HOLD, j.job_id, want)              # held before the signal: a self-requeue stays held
             if since is None:
-                add("signal", j.job_id, signal)
+                add(Verb.SIGNAL, j.job_id, signal)
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):
-                add("requeue_hold", j.job_id, want)
+                add(Verb.REQUEUE_HOLD, j.job_id, want)
     for job_id, want in sorted(new_holds)[:MAX_NEW_HOLDS]:
-        add("hold", job_id, want)
+        add(Verb.HOLD, job_id, want)
     for o in orphans:
         if o.held:
-            add("release", o.job_id, unmarked(o.admin_comment))
+            add(Verb.RELEASE, o.job_id, unmarked(o.admin_comment))
         else:
-            add("mark", o.job_id, unmarked(o.admin_comment))
+            add(Verb.MARK, o.job_id, unmarked(o.admin_comment))
     # refreshing only the reason of an already held job: the biggest groups first, a bounded number of calls
     budget = MAX_REASON_REWRITE_JOBS
     for text, ids in sorted(rewrites.items(), key=lambda kv: -len(kv[1]))[:MAX_REASON_REWRITES]:
         for jid in sorted(ids)[:budget]:
-            add("mark", jid, text)
+            add(Verb.MARK, jid, text)
         budget -= min(budget, len(ids))
         if budget == 0:
             break
-    order = ("update_gpus", "hold", "signal", "requeue_hold", "site_factor", "release", "mark")
+    order = (Verb.UPDATE_GPUS, Verb.HOLD, Verb.SIGNAL, Verb.REQUEUE_HOLD, Verb.SITE_FACTOR, Verb.RELEASE, Verb.MARK)
     return [Action(verb, tuple(sorted(ids)), value)
             for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
 
@@ -265,36 +270,36 @@ class Enactor:
 
     def _call(self, a: Action) -> None:
         ids = list(a.job_ids)
-        if a.verb == "site_factor":
+        if a.verb == Verb.SITE_FACTOR:
             self.cli.scontrol_update(ids, SiteFactor=a.value)
-        elif a.verb == "hold":
+        elif a.verb == Verb.HOLD:
             # ours and held in one update per job: `Priority=0` from an admin is what `scontrol hold` sends
             # (JobHeldAdmin, pending or running; checked on 22.05 and 24.11), so no job is ever held without the
             # mark, and a first round that holds 1,000 jobs makes one RPC per job, not two
             self.cli.scontrol_update(ids, AdminComment=a.value, Priority=0)
-        elif a.verb == "release":
+        elif a.verb == Verb.RELEASE:
             self.cli.release(ids)
             # a released job may still carry a requeue's begin time; let it start in this round (best effort:
             # scontrol fails for a job that already started, and still updates the others of the list)
             try:
                 self.cli.scontrol_update(ids, StartTime="now")
-            except Exception as e:  # noqa: BLE001
-                log.debug("StartTime=now on %s: %s", ids, e)
+            except Exception as e:  # noqa: BLE001 - best effort, logged
+                log.debug("StartTime=now on %s failed: %s", ids, e)
             self.cli.scontrol_update(ids, AdminComment=a.value)      # not ours any more, after the release
-        elif a.verb == "mark":
+        elif a.verb == Verb.MARK:
             self.cli.scontrol_update(ids, AdminComment=a.value)
-        elif a.verb == "signal":
+        elif a.verb == Verb.SIGNAL:
             self.cli.signal(ids, a.value, scope="batch")
-        elif a.verb == "requeue_hold":
+        elif a.verb == Verb.REQUEUE_HOLD:
             self.cli.scontrol_update(ids, AdminComment=a.value)      # ours, before we act
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
-        elif a.verb == "update_gpus":
+        elif a.verb == Verb.UPDATE_GPUS:
             self.cli.scontrol_update(ids, TresPerNode=f"gres:gpu:{a.value}")
-        elif a.verb == "place_tres":          # a pending job to the GPU type its round placed it on (gpu_types.py)
+        elif a.verb == Verb.PLACE_TRES:          # a pending job to the GPU type its round placed it on (gpu_types.py)
             self.cli.scontrol_update(ids, TresPerNode=a.value)
-        elif a.verb == "place_features":      # the same on Slurm < 23.11: the nodes carry their type as a Feature
+        elif a.verb == Verb.PLACE_FEATURES:      # the same on Slurm < 23.11: the nodes carry their type as a Feature
             self.cli.scontrol_update(ids, Features=a.value)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

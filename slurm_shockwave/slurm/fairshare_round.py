@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+from slurm_shockwave.journal.context import FairShare, Share
 from slurm_shockwave.slurm.budgets import Budgets, compute
 from slurm_shockwave.slurm.shares import read_shares
 
@@ -99,7 +100,7 @@ class FairShareRound:
         return out
 
     # ------------------------------------------------------------------ status
-    def context(self) -> dict:
+    def context(self) -> FairShare:
         """What the round record keeps for status (the round context's ``fairshare``)."""
         jobs_by_association = self._jobs
         gpu = self.gpu_seconds()
@@ -109,20 +110,20 @@ class FairShareRound:
         users = []
         for (account, user), n in sorted(jobs_by_association.items()):
             ln = slurm.get((account, user))
-            users.append({"user": user, "account": account, "jobs": n,
-                          "raw_shares": ln.raw_shares if ln else None, "share": ln.share if ln else None,
-                          "usage": ln.usage if ln else None, "raw_usage": ln.raw_usage if ln else None,
-                          "budget": weights[(account, user)] / total, "weight": weights[(account, user)],
-                          "gpu_s": gpu.get((account, user), 0.0)})
-        budget = {(u["account"], u["user"]): u["budget"] for u in users}
-        accounts = [{"account": ln.account, "raw_shares": ln.raw_shares, "share": ln.share, "usage": ln.usage,
-                     "raw_usage": ln.raw_usage, "budget": sum(budget.get(k, 0.0) for k in ln.members),
-                     "gpu_s": sum(gpu.get(k, 0.0) for k in ln.members)} for ln in self.budgets.accounts]
+            users.append(Share(user=user, account=account, jobs=n,
+                                   raw_shares=ln.raw_shares if ln else None, share=ln.share if ln else None,
+                                   usage=ln.usage if ln else None, raw_usage=ln.raw_usage if ln else None,
+                                   budget=weights[(account, user)] / total, weight=weights[(account, user)],
+                                   gpu_s=gpu.get((account, user), 0.0)))
+        budget = {(u.account, u.user): u.budget for u in users}
+        accounts = [Share(account=ln.account, raw_shares=ln.raw_shares, share=ln.share, usage=ln.usage,
+                                 raw_usage=ln.raw_usage, budget=sum(budget.get(k, 0.0) for k in ln.members),
+                                 gpu_s=sum(gpu.get(k, 0.0) for k in ln.members)) for ln in self.budgets.accounts]
         if self.source != "slurm":
-            for a in sorted({u["account"] for u in users}):
+            for a in sorted({u.account for u in users}):
                 mine = [k for k in budget if k[0] == a]
-                accounts.append({"account": a, "raw_shares": None, "share": None, "usage": None, "raw_usage": None,
-                                 "budget": sum(budget[k] for k in mine), "gpu_s": sum(gpu.get(k, 0.0) for k in mine)})
+                accounts.append(Share(account=a, budget=sum(budget[k] for k in mine),
+                                             gpu_s=sum(gpu.get(k, 0.0) for k in mine)))
         window = float(self._weights.window_seconds) if self._weights is not None else 0.0
-        return {"source": self.source, "note": self.note, "window_s": window, "users": users,
-                "accounts": accounts}
+        return FairShare(source=self.source, note=self.note, window_s=window, users=tuple(users),
+                         accounts=tuple(accounts))

@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass
 
 from solver.types import GPU
 
+from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
+from slurm_shockwave.slurm.shapes import feature_list as _features
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -34,7 +35,7 @@ _COUNT_RE = re.compile(r"^\d+$")
 _TYPE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: Slurm versions (major, minor) from which a pending job's GPU type is changed through its GRES request
 TRES_FROM = (23, 11)
-VERBS = ("place_tres", "place_features")
+VERBS = (Verb.PLACE_TRES, Verb.PLACE_FEATURES)
 
 
 def split_top(spec: str) -> list[str]:
@@ -105,41 +106,6 @@ def request_type(spec: str | None) -> tuple[str | None, bool]:
     return (types.pop() if len(types) == 1 else None), len(items) == 1 and len(entries) == 1
 
 
-def _features(value) -> tuple[str, ...]:
-    """A job's or node's features: 22.05 a string (``v100`` or ``v100,nvme``), newer a list."""
-    if isinstance(value, list):
-        return tuple(str(v) for v in value if str(v))
-    return tuple(f for f in re.split(r"[,&]", value) if f) if isinstance(value, str) else ()
-
-
-@dataclass(frozen=True)
-class GpuJob(SlurmJob):
-    """A :class:`SlurmJob` with what its GPU type depends on (built by :mod:`.parse`)."""
-    gpu_request: str = ""           # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
-    gpu_type: str | None = None     # the one GPU type its request names (None: any)
-    features: str = ""              # its constraint (``--constraint``), as Slurm prints it
-
-
-@dataclass(frozen=True)
-class GpuNode(SlurmNode):
-    """A :class:`SlurmNode` with its GPUs per type and its features (built by :mod:`.parse`)."""
-    by_type: tuple[tuple[str, int], ...] = ()
-    features: tuple[str, ...] = ()
-
-
-def job_extras(rec, raw: dict) -> dict:
-    """The GpuJob fields of one squeue record (``rec`` a shapes.JobRecord, ``raw`` its dict)."""
-    spec = rec.tres_per_node or rec.tres_per_job or rec.tres_per_task
-    feats = raw.get("features")
-    return {"gpu_request": spec, "gpu_type": request_type(spec)[0],
-            "features": ",".join(feats) if isinstance(feats, list) else feats if isinstance(feats, str) else ""}
-
-
-def node_extras(rec, raw: dict) -> dict:
-    feats = raw.get("active_features") or raw.get("features")
-    return {"by_type": tuple(sorted(gpus_by_type(rec.gres).items())), "features": _features(feats)}
-
-
 def tres_steering(version: str) -> bool:
     """Does this Slurm (major.minor, as its JSON declares) move a pending job through ``TresPerNode``?  An unknown
     version is steered through Features (works on every version whose nodes carry their type as a Feature)."""
@@ -172,22 +138,23 @@ class GpuTypes:
     def typed(self) -> bool:
         return len(self.capacity) > 1
 
-    def observe(self, nodes, jobs, managed_ids: set, partition: str | None) -> dict[str, int]:
+    def observe(self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set,
+                partition: str | None) -> dict[str, int]:
         """{type: GPUs for managed jobs}: the partition's available nodes per type, less the running unmanaged jobs'
         (on their type; of unknown type: on the type with the most)."""
         total: dict[str, int] = {}
         self.node_type = {}
         carriers: dict[str, set] = {}
         for n in nodes:
-            by = dict(getattr(n, "by_type", ()) or ()) or ({GPU: n.gpus} if n.gpus else {})
+            by = dict(n.by_type) or ({GPU: n.gpus} if n.gpus else {})
             if by:
                 self.node_type[n.name] = max(by, key=lambda t: by[t])
             if not (n.available and node_in_partition(n, partition)):
                 continue
             for t, c in by.items():
                 total[t] = total.get(t, 0) + c
-                carriers.setdefault(t, set()).add(t in getattr(n, "features", ()))
-        others = {f for n in nodes for f in getattr(n, "features", ()) if self.node_type.get(n.name) != f}
+                carriers.setdefault(t, set()).add(t in n.features)
+        others = {f for n in nodes for f in n.features if self.node_type.get(n.name) != f}
         self.feature_ok = {t for t, has in carriers.items() if has == {True} and t not in others}
         self.jobs = {j.job_id: j for j in jobs if j.job_id in managed_ids}
         for j in jobs:
@@ -206,24 +173,24 @@ class GpuTypes:
         self.placed[job_id] = t
         self.ours.setdefault(job_id, set()).add(t)
 
-    def running_type(self, job) -> str | None:
+    def running_type(self, job: SlurmJob) -> str | None:
         types = {e[0] or GPU for e in (gpu_entry(d) for d in job.gres_detail) if e is not None}
         if len(types) == 1:
             return types.pop()
         return self.node_type.get(job.nodes) if job.nodes else None
 
-    def pinned(self, job) -> str | None:
+    def pinned(self, job: SlurmJob) -> str | None:
         """The GPU type the job's user asked for (request or constraint), None: any."""
-        t = getattr(job, "gpu_type", None)
+        t = job.gpu_type
         ours = self.ours.get(job.job_id, ())
         if t and t not in ours:
             return t
-        feats = _features(getattr(job, "features", ""))
+        feats = _features(job.features)
         if len(feats) == 1 and feats[0] in self.capacity and feats[0] not in ours:
             return feats[0]
         return None
 
-    def view_type(self, job) -> str | None:
+    def view_type(self, job: SlurmJob) -> str | None:
         """JobView.gpu_type: the user's pin; on a cluster of several types a running job's own type."""
         if self.typed and job.state == "RUNNING":
             return self.running_type(job) or self.pinned(job)
@@ -255,20 +222,20 @@ class GpuTypes:
             by = placement.get(jid) or placement.get(str(jid)) or {}
             if job is None or job.state != "PENDING" or len(by) != 1 or self.pinned(job) is not None:
                 continue
-            t, feats = next(iter(by)), _features(getattr(job, "features", ""))
+            t, feats = next(iter(by)), _features(job.features)
             own = len(feats) == 1 and feats[0] in self.ours.get(jid, ())      # a constraint we wrote
             if t == GPU or not _TYPE_RE.match(str(t)) or (feats and not own):
                 continue                      # a constraint of the user's own could exclude the type's nodes
             if tres:
-                _typ, single = request_type(getattr(job, "gpu_request", ""))
+                _typ, single = request_type(job.gpu_request)
                 n = wanted.get(jid) or job.gpus_per_node
-                if not single or not n or (getattr(job, "gpu_type", None) == t and not wanted.get(jid)):
+                if not single or not n or (job.gpu_type == t and not wanted.get(jid)):
                     continue
-                key = ("place_tres", f"gres:gpu:{t}:{n}")
+                key = (Verb.PLACE_TRES, f"gres:gpu:{t}:{n}")
             else:
                 if feats == (t,) or t not in self.feature_ok:
                     continue
-                key = ("place_features", t)
+                key = (Verb.PLACE_FEATURES, t)
             groups.setdefault(key, []).append(jid)
             self._record(jid, t)
         return [Action(verb, tuple(ids), value) for (verb, value), ids in sorted(groups.items())]

@@ -12,14 +12,17 @@ capacity (running) and demand (pending), and the per-round snapshot that `status
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 
 from solver.types import JobView
 
+from slurm_shockwave.journal.context import JobContext, Unmanaged, UnmanagedJob
 from slurm_shockwave.journal.record import SHORT_HISTORY
+from slurm_shockwave.slurm.models import FINISHED_STATES, SlurmJob, in_partition
 
-from slurm_shockwave.slurm.models import FINISHED_STATES, in_partition
+log = logging.getLogger("slurm_shockwave.slurm")
 
 #: confidence of each source of epoch durations
 SOURCES = {"events": "high", "hint": "medium", "history": "medium", "time_limit": "low", "default": "low"}
@@ -58,10 +61,10 @@ def epoch_durations(p, marker: dict, job, total: int, bs: int, history: dict, ro
     return {bs: float(round_length)}, "default", "no information: one round per epoch"
 
 
-def build(job, marker: dict, p, now: float, *, round_length: float, weight: float, arrival: float,
-          history: dict, gpu_type: str | None = None) -> tuple[JobView, dict]:
-    """(JobView, meta) of one managed job; meta holds what status/explain show beside the view.  `gpu_type`: the
-    type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py)."""
+def build(job: SlurmJob, marker: dict, p, now: float, *, round_length: float, weight: float, arrival: float,
+          history: dict, gpu_type: str | None = None) -> tuple[JobView, JobContext]:
+    """(JobView, context) of one managed job; the context is what status/explain show beside the view.  `gpu_type`:
+    the type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py)."""
     bs = p.batch_size or marker.get("bs") or 1
     samples = p.samples_per_epoch or marker.get("samples") or bs
     total = p.total_epochs or marker.get("epochs") or max(p.epochs_done + 1, 1)
@@ -86,25 +89,25 @@ def build(job, marker: dict, p, now: float, *, round_length: float, weight: floa
     for key, c in (p.hint_conflicts or {}).items():
         warnings.append(f"hint {key}={c.get('hint')} disagrees with the job's report {c.get('reported')} "
                         "(the report is used)")
-    meta = {"slurm_state": "HELD" if job.held else job.state, "name": job.name, "program": program_of(job),
-            "submit_time": arrival, "slurm_submit_time": job.submit_time, "time_limit_min": job.time_limit,
-            "start_time": job.start_time, "restarts": job.restart_count, "eta_source": source,
-            "eta_confidence": SOURCES[source], "eta_detail": detail, "warnings": warnings,
-            "requeue": bool(job.requeue)}
+    meta = JobContext(slurm_state="HELD" if job.held else job.state, name=job.name, program=program_of(job),
+                      submit_time=arrival, slurm_submit_time=job.submit_time, time_limit_min=job.time_limit,
+                      start_time=job.start_time, restarts=job.restart_count, eta_source=source,
+                      eta_confidence=SOURCES[source], eta_detail=detail, warnings=tuple(warnings),
+                      requeue=bool(job.requeue))
     return view, meta
 
 
-def job_summary(v: JobView, meta: dict | None = None) -> dict:
+def job_summary(v: JobView, meta: JobContext | None = None) -> dict:
     """What the jobs table keeps of a managed job (status shows it after the job left the queue; the history
     of finished jobs feeds the next jobs' ETAs).  The exact view decided on is in the round record."""
     short = list(v.bs_history) if len(v.bs_history) <= SHORT_HISTORY else None
     return {"batch_size": v.batch_size, "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
             "weight": v.weight, "gpus": v.num_gpus, "arrival": v.arrival_time, "bs_history": short,
             "epoch_duration_by_bs": {str(k): d for k, d in v.epoch_duration_by_bs.items()},
-            "min_bs": v.min_batch_size, "max_bs": v.max_batch_size, **(meta or {})}
+            "min_bs": v.min_batch_size, "max_bs": v.max_batch_size, **(meta.to_json() if meta else {})}
 
 
-def unmanaged(jobs, managed_ids: set, partition: str | None, now: float) -> dict:
+def unmanaged(jobs: list[SlurmJob], managed_ids: set, partition: str | None, now: float) -> Unmanaged:
     """Jobs of the partition the controller does not manage: running ones hold GPUs until about their time
     limit; pending ones wait in Slurm's own order (priority, then submit time)."""
     running, pending = [], []
@@ -113,16 +116,16 @@ def unmanaged(jobs, managed_ids: set, partition: str | None, now: float) -> dict
             continue
         if j.state == "RUNNING":
             end = (j.start_time + j.time_limit * 60) if j.start_time and j.time_limit else None
-            running.append({"job_id": j.job_id, "user": j.user, "gpus": j.gpus, "start_time": j.start_time,
-                            "expected_end": end, "name": j.name})
+            running.append(UnmanagedJob(job_id=j.job_id, user=j.user, gpus=j.gpus, start_time=j.start_time,
+                                            expected_end=end, name=j.name))
         elif j.state == "PENDING":
-            pending.append({"job_id": j.job_id, "user": j.user, "gpus": j.gpus, "priority": j.priority,
-                            "held": j.held, "submit_time": j.submit_time, "name": j.name})
-    pending.sort(key=lambda r: (r["held"], -(r["priority"] or 0), r["submit_time"] or 0, r["job_id"]))
-    for i, r in enumerate(pending):
-        r["position"] = i + 1
-    return {"running": running, "pending": pending, "running_gpus": sum(r["gpus"] for r in running),
-            "pending_gpus": sum(r["gpus"] for r in pending if not r["held"])}
+            pending.append(j)
+    pending.sort(key=lambda j: (j.held, -(j.priority or 0), j.submit_time or 0, j.job_id))
+    waiting = tuple(UnmanagedJob(job_id=j.job_id, user=j.user, gpus=j.gpus, priority=j.priority, held=j.held,
+                                     submit_time=j.submit_time, name=j.name, position=i + 1)
+                    for i, j in enumerate(pending))
+    return Unmanaged(running=tuple(running), pending=waiting, running_gpus=sum(r.gpus for r in running),
+                     pending_gpus=sum(r.gpus for r in waiting if not r.held))
 
 
 def ended_managed(jobs, is_managed, state) -> list:
@@ -174,6 +177,6 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
         if durations and row.get("user"):
             try:
                 state.add_epoch_history(row["user"], v.get("program") or v.get("name") or "?", durations, counts)
-            except Exception:  # noqa: BLE001 - the history only improves ETAs
-                pass
+            except Exception as e:  # noqa: BLE001 - the history only improves ETAs
+                log.warning("job %s: its epoch durations were not added to the ETA history: %s", jid, e)
     state.finish_jobs(final, now)

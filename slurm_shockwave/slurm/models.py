@@ -51,6 +51,12 @@ class SlurmJob:
     AdminComment (in ``squeue --json`` of every supported version). ``problem`` is set (one
     line) when the record could not be fully read: then only ``job_id`` can be trusted and the
     caller should quarantine the job, not act on it.
+
+    What its GPU type and nodes depend on (slurm/gpu_types.py, slurm/nodes.py), on every version:
+    ``gpu_request`` is ``tres_per_node`` (else ``tres_per_job``, else ``tres_per_task``) as Slurm prints it,
+    ``gpu_type`` the one GPU type that request names (None: any), ``features`` its constraint
+    (``--constraint``; 22.05 prints a string, newer versions a list, joined here with commas) and
+    ``required_nodes`` the nodes it must run on (``--nodelist``/``-w``, or our pin; hostlist syntax).
     """
 
     job_id: int
@@ -86,6 +92,9 @@ class SlurmJob:
     problem: str | None = None
     state_flags: tuple[str, ...] = ()
     required_nodes: str = ""        # the nodes it must run on (``--nodelist``/``-w``, or a pin), hostlist syntax
+    gpu_request: str = ""           # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
+    gpu_type: str | None = None     # the one GPU type its request names (None: any)
+    features: str = ""              # its constraint (``--constraint``), as Slurm prints it (a list: comma-joined)
 
     @property
     def pending(self) -> bool:
@@ -107,7 +116,8 @@ class SlurmNode:
 
     ``state`` is Slurm's base state in lower case (``idle``, ``mixed``, ``allocated``,
     ``down``, ...); ``state_flags`` holds flags such as ``DRAIN``. ``gpus``/``gpus_used`` come
-    from the ``gres``/``gres_used`` strings (``gpu:4``, ``gpu:a100:2(IDX:0-1)``).
+    from the ``gres``/``gres_used`` strings (``gpu:4``, ``gpu:a100:2(IDX:0-1)``); ``by_type`` is its GPUs per
+    type ((type, GPUs) pairs, untyped ones under solver.types.GPU) and ``features`` its active features.
     """
 
     name: str
@@ -121,6 +131,8 @@ class SlurmNode:
     reason: str
     address: str
     port: int | None
+    by_type: tuple[tuple[str, int], ...] = ()
+    features: tuple[str, ...] = ()
 
     @property
     def available(self) -> bool:

@@ -28,7 +28,7 @@ from solver.types import GPU
 
 from slurm_shockwave.slurm.enact import PIN_VERB, Action
 from slurm_shockwave.slurm.gpu_types import gpu_entry
-from slurm_shockwave.slurm.models import node_in_partition
+from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, node_in_partition
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -139,7 +139,8 @@ class NodePins:
         self.jobs: dict = {}
         self._warned = False
 
-    def observe(self, nodes, jobs, managed_ids: set, partition: str | None) -> dict[str, tuple[str, int]]:
+    def observe(self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set,
+                partition: str | None) -> dict[str, tuple[str, int]]:
         """ClusterView.nodes: {node: (type, GPUs for managed jobs)}; {} when a node has several GPU types."""
         view: dict[str, tuple[str, int]] = {}
         self.jobs = {j.job_id: j for j in jobs if j.job_id in managed_ids}
@@ -148,7 +149,7 @@ class NodePins:
         for n in nodes:
             if not (n.available and node_in_partition(n, partition)):
                 continue
-            by = {t: c for t, c in (getattr(n, "by_type", ()) or ()) if c > 0} or ({GPU: n.gpus} if n.gpus else {})
+            by = {t: c for t, c in n.by_type if c > 0} or ({GPU: n.gpus} if n.gpus else {})
             if len(by) > 1:
                 if not self._warned:
                     log.warning("node %s has GPUs of several types (%s): jobs are not pinned to nodes", n.name,
@@ -177,17 +178,17 @@ class NodePins:
         return out
 
     @staticmethod
-    def running_on(job) -> tuple[str, ...]:
+    def running_on(job: SlurmJob) -> tuple[str, ...]:
         """JobView.nodes: the nodes a running job runs on (empty otherwise)."""
         return _nodes_of(job.nodes) if job.state == "RUNNING" else ()
 
-    def user_pinned(self, job) -> bool:
+    def user_pinned(self, job: SlurmJob) -> bool:
         """Did the job's user (not the controller) ask for its nodes?"""
         return bool(self.user_nodes(job))
 
-    def user_nodes(self, job) -> tuple[str, ...]:
+    def user_nodes(self, job: SlurmJob) -> tuple[str, ...]:
         """JobView.allowed_nodes: the nodes the job's user (not the controller) asked for; empty: none."""
-        req = _nodes_of(getattr(job, "required_nodes", ""))
+        req = _nodes_of(job.required_nodes)
         return req if req and frozenset(req) not in self.ours.get(job.job_id, ()) else ()
 
     def pins(self, assigned: dict, run: set) -> list[Action]:
@@ -201,7 +202,7 @@ class NodePins:
             if job is None or job.state != "PENDING" or self.user_pinned(job):
                 continue
             want = tuple(assigned.get(jid) or ())
-            have = frozenset(_nodes_of(getattr(job, "required_nodes", "")))
+            have = frozenset(_nodes_of(job.required_nodes))
             if want and (not all(_NAME_RE.match(str(n)) for n in want) or
                          (job.gpus_per_node and len(want) != max(job.num_nodes, 1))):
                 continue                      # a per-node request on another node count would change its GPUs
@@ -229,7 +230,7 @@ class NodePins:
 def assigned_nodes(decision) -> dict[int, tuple]:
     """decision.nodes with int job ids (the view's ids are Slurm's ints; a str id is read as one)."""
     out = {}
-    for k, v in (getattr(decision, "nodes", None) or {}).items():
+    for k, v in decision.nodes.items():
         try:
             out[int(k)] = tuple(v)
         except (TypeError, ValueError):
@@ -240,4 +241,4 @@ def assigned_nodes(decision) -> dict[int, tuple]:
 def our_pins_to_clear(live, ours: dict) -> list[int]:
     """Uninstall: the pending jobs whose required node list is one the controller wrote (`ours`: journal_pins)."""
     return sorted(j.job_id for j in live if j.state == "PENDING" and j.job_id in ours
-                  and frozenset(_nodes_of(getattr(j, "required_nodes", ""))) in ours[j.job_id])
+                  and frozenset(_nodes_of(j.required_nodes)) in ours[j.job_id])

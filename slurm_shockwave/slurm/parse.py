@@ -37,8 +37,8 @@ from pydantic import ValidationError
 
 from slurm_shockwave.validation import describe
 from slurm_shockwave.slurm.errors import SlurmError, one_line
-from slurm_shockwave.slurm.gpu_types import GpuJob, GpuNode, job_extras, node_extras
-from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry, split_top as _split_top
+from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry, gpus_by_type, request_type
+from slurm_shockwave.slurm.gpu_types import split_top as _split_top
 from slurm_shockwave.slurm.models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
 from slurm_shockwave.slurm.shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
                      check_version, job_state_of, log, node_state_of, output_version, warn_once)
@@ -76,11 +76,6 @@ def _signed32(value: Any) -> int:
         return 0
     v = int(value)
     return v - _UINT32 if v > _INT32_MAX else v
-
-
-def _text(value: Any) -> str:
-    """A string field that may be absent or null (``required_nodes``)."""
-    return value if isinstance(value, str) else ""
 
 
 def _time(value: int | None) -> int | None:
@@ -157,8 +152,8 @@ def _problem_job(job_id: int, raw: dict, problem: str) -> SlurmJob:
         time_limit=None, admin_comment=text("admin_comment"), problem=one_line(problem, 300))
 
 
-def job_from_record(rec: JobRecord, raw: dict | None = None) -> SlurmJob:
-    """The job of one record, with its GPU type and constraint (slurm/gpu_types.py)."""
+def job_from_record(rec: JobRecord) -> SlurmJob:
+    """The job of one record, with its GPU request, type and constraint (slurm/gpu_types.py)."""
     state, flags = job_state_of(rec.job_state)
     reason = rec.state_reason
     priority = rec.priority or 0
@@ -166,7 +161,8 @@ def job_from_record(rec: JobRecord, raw: dict | None = None) -> SlurmJob:
     held = bool(rec.hold) and state not in FINISHED_STATES
     held = held or (state == "PENDING" and (reason in HELD_REASONS or priority == 0))
     held = held or (state not in FINISHED_STATES and reason in HELD_REASONS)
-    return GpuJob(
+    request = rec.tres_per_node or rec.tres_per_job or rec.tres_per_task
+    return SlurmJob(
         job_id=rec.job_id, name=rec.name, user=rec.user_name, user_id=rec.user_id,
         account=rec.account, partition=rec.partition, state=state, state_reason=reason,
         gpus=gpus, gpus_per_node=gpus_per_node, num_nodes=rec.node_count or 1, nodes=rec.nodes,
@@ -177,7 +173,8 @@ def job_from_record(rec: JobRecord, raw: dict | None = None) -> SlurmJob:
         working_dir=rec.current_working_directory, std_out=rec.standard_output,
         std_err=rec.standard_error, time_limit=rec.time_limit, gres_detail=tuple(rec.gres_detail),
         admin_comment=rec.admin_comment, problem=None, state_flags=flags,
-        required_nodes=_text((raw or {}).get("required_nodes")), **job_extras(rec, raw or {}),
+        required_nodes=rec.required_nodes, gpu_request=request, gpu_type=request_type(request)[0],
+        features=rec.features,
     )
 
 
@@ -194,7 +191,7 @@ def job_from_dict(raw: Any, meta: Meta | None = None) -> SlurmJob | None:
         return None
     check_job_fields(raw, meta)
     try:
-        return job_from_record(JobRecord.model_validate(raw), raw)
+        return job_from_record(JobRecord.model_validate(raw))
     except ValidationError as exc:
         problem = f"unreadable squeue record (Slurm {meta.release or '?'}): {_validation_line(exc)}"
     except (TypeError, ValueError, OverflowError) as exc:
@@ -246,11 +243,12 @@ def node_from_dict(raw: Any, meta: Meta | None = None) -> SlurmNode | None:
         log.warning("nodes --json: skipped unreadable node %r: %s", raw.get("name"), _validation_line(exc))
         return None
     state, flags = node_state_of(rec.state, rec.state_flags)
-    return GpuNode(
+    return SlurmNode(
         name=rec.name, state=state, state_flags=flags,
         gpus=parse_gpu_count(rec.gres) or 0, gpus_used=parse_gpu_count(rec.gres_used) or 0,
         cpus=rec.cpus or 0, alloc_cpus=rec.alloc_cpus or 0, partitions=tuple(rec.partitions),
-        reason=rec.reason, address=rec.address, port=rec.port, **node_extras(rec, raw),
+        reason=rec.reason, address=rec.address, port=rec.port,
+        by_type=tuple(sorted(gpus_by_type(rec.gres).items())), features=rec.active_features or rec.features,
     )
 
 

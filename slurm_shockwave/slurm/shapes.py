@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
@@ -88,8 +89,28 @@ def _str_list(value: Any) -> list[str] | str:
     return value if value is not None else []
 
 
+def feature_list(value: Any) -> tuple[str, ...]:
+    """A job's or node's features: 22.05 a string (``v100`` or ``v100,nvme``), newer a list; anything else none."""
+    if isinstance(value, list):
+        return tuple(str(v) for v in value if str(v))
+    return tuple(f for f in re.split(r"[,&]", value) if f) if isinstance(value, str) else ()
+
+
+def _constraint(value: Any) -> str:
+    """A job's ``features`` as Slurm prints it: 22.05 a string, newer a list of strings (joined with commas)."""
+    if isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError("features: expected a list of strings")
+        return ",".join(value)
+    return value if isinstance(value, str) else ""
+
+
 Num = Annotated[int | None, BeforeValidator(_int_or_none)]
 Text = Annotated[str, BeforeValidator(lambda v: "" if v is None else v)]
+#: a string field that may be absent, null or of another type (read as empty, never a problem: ``required_nodes``)
+AnyText = Annotated[str, BeforeValidator(lambda v: v if isinstance(v, str) else "")]
+Constraint = Annotated[str, BeforeValidator(_constraint)]
+Features = Annotated[tuple[str, ...], BeforeValidator(feature_list)]
 
 
 def job_state_of(value: str | list[str]) -> tuple[str, tuple[str, ...]]:
@@ -157,6 +178,8 @@ class JobRecord(_Record):
     standard_error: Text = ""
     time_limit: Num = None
     gres_detail: Annotated[list[str], BeforeValidator(_str_list)] = []
+    required_nodes: AnyText = ""
+    features: Constraint = ""
 
 
 class NodeRecord(_Record):
@@ -173,6 +196,8 @@ class NodeRecord(_Record):
     reason: Text = ""
     address: Text = ""
     port: Num = None
+    features: Features = ()
+    active_features: Features = ()
 
 
 class SprioRow(_Record):

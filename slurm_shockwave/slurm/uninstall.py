@@ -14,15 +14,19 @@ Slurm is the source of truth: the state directory may be missing, stale or from 
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from slurm_shockwave.journal import StateStore
+from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.journal.lock import ControllerRunning, check_not_running
 from slurm_shockwave.slurm.commands import SlurmCLI
 from slurm_shockwave.slurm.hints import is_marked
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition
 from slurm_shockwave.slurm.nodes import journal_pins, our_pins_to_clear
 from slurm_shockwave.slurm.ownership import admin_comments, status_of, unmarked
+
+log = logging.getLogger("slurm_shockwave.slurm")
 
 __all__ = ["ControllerRunning", "uninstall"]
 
@@ -35,13 +39,15 @@ def _journal(cfg) -> tuple[set, set, dict]:
         return set(), set(), {}
     try:
         state = StateStore(path, readonly=True)
-    except Exception:  # noqa: BLE001 - the journal is optional here
+    except Exception as e:  # noqa: BLE001 - the journal is optional here
+        log.warning("uninstall: the state %s cannot be opened (%s); going by Slurm's records only", path, e)
         return set(), set(), {}
     try:
         held = {int(j) for j in state.held_by_us()}
-        touched = {int(a["job_id"]) for a in state.actions(verb="site_factor", status="done")}
+        touched = {int(a["job_id"]) for a in state.actions(verb=Verb.SITE_FACTOR, status="done")}
         return held, touched, journal_pins(state)
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - the journal is optional here
+        log.warning("uninstall: the journal in %s cannot be read (%s); going by Slurm's records only", path, e)
         return set(), set(), {}
     finally:
         state.close()
