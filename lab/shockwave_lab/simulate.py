@@ -1,4 +1,5 @@
-"""Run a workload through the round loop on a SimulatedCluster and score it."""
+"""Run a workload through the round loop on a SimulatedCluster and score it: the one place the lab drives the
+simulated cluster (`shockwave simulate`, the study, the replay's and the demo's simulated columns)."""
 from __future__ import annotations
 
 import time
@@ -30,6 +31,7 @@ class SimResult:
     utilization_timeline: list = field(default_factory=list)
     round_log: list = field(default_factory=list)
     decided_by: dict = field(default_factory=dict)      # {scope: {rule: share of GPU-rounds}} (RoundLoop)
+    preemptions: dict = field(default_factory=dict)     # RoundLoop.preemptions: preempted / kept / wasted
 
     def to_json(self) -> dict:
         m = self.metrics
@@ -75,11 +77,14 @@ def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> floa
 def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
                    restart_penalty: float = 20.0, gpus_per_node: int | None = None,
-                   early_rounds: tuple[float, float] | None = None) -> SimResult:
-    """`num_gpus`: a number (one untyped pool) or {GPU type: count} (workload/gpu_types.py: `throughputs` is then
-    the file, or {type: table} with the v100 column); `gpus_per_node`: each gang on one node of that many GPUs
-    (None: each type one pool, as the reference); `early_rounds`: (poll, min gap) seconds of the controller's
-    event-driven rounds (sim/cluster.py; None: the reference's rounds)."""
+                   early_rounds: tuple[float, float] | None = None, preemption_cost_s: float | None = None,
+                   mode: str | None = None) -> SimResult:
+    """`workload`: a file (load_workload) or a list of JobSpecs; `num_gpus`: a number (one untyped pool) or {GPU
+    type: count} (workload/gpu_types.py: `throughputs` is then the file, or {type: table} with the v100 column);
+    `gpus_per_node`: each gang on one node of that many GPUs (None: each type one pool, as the reference);
+    `early_rounds`: (poll, min gap) seconds of the controller's event-driven rounds (sim/cluster.py; None: the
+    reference's rounds); `preemption_cost_s`: the controller's preemption gate at that cost (None: no gate, the
+    reference's semantics); `mode`: how a running job's reason reads (RoundLoop)."""
     capacity = gpu_types.capacity_of(num_gpus)
     num_gpus = sum(capacity.values())
     if num_gpus <= 0 or min(capacity.values()) <= 0:
@@ -93,7 +98,8 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
                                round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node,
                                early_rounds=early_rounds)
-    loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log)
+    loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log, mode=mode,
+                     preemption_cost_s=preemption_cost_s)
     started = time.perf_counter()
     loop.run()
     wall = time.perf_counter() - started
@@ -101,4 +107,4 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
                       busy_gpu_seconds=cluster.busy_gpu_seconds, start_time=min(j.arrival_time for j in jobs),
                       lb=workload_lower_bound(jobs, table, num_gpus, cluster), usage=cluster.usage_log)
     return SimResult(metrics, cluster.finished, loop.rounds, wall, loop.decide_seconds, loop.fallbacks,
-                     cluster.utilization_timeline, loop.records, loop.decided_by())
+                     cluster.utilization_timeline, loop.records, loop.decided_by(), dict(loop.preemptions))

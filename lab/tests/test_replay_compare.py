@@ -1,4 +1,4 @@
-"""The replay's simulated column (slurm_shockwave/replay/compare.py), no Slurm: plain Slurm's model decides at the
+"""The replay's simulated column (shockwave_lab/replay/compare.py), no Slurm: plain Slurm's model decides at the
 cluster's scheduler passes, and the spread of simulations with arrivals moved by up to a wall second."""
 import pytest
 
@@ -99,3 +99,23 @@ def test_the_replays_controller_and_its_model_start_early_rounds_alike(inputs, t
     early = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0)
     plain = compare.simulate(specs, table, 8, 2, "shockwave-edf", 30.0, 30.0, early=False)
     assert early["rounds"] > plain["rounds"] and early["makespan_s"] != plain["makespan_s"]
+
+
+def test_the_simulated_column_is_run_simulation_with_the_gate_at_the_measured_cost(inputs):
+    """One driver: the replay's (and the demo's) simulated column is simulate.py `run_simulation` with the
+    controller's preemption gate at the restart cost measured in the real run; the gate keeps the preemptions that
+    would be wasted (the same jobs without it waste some).  Plain Slurm's model preempts nobody."""
+    from shockwave_lab.replay.collect import figures
+    from shockwave_lab.simulate import run_simulation
+    specs, table = inputs
+    off = run_simulation(specs, table, 8, "shockwave-edf", restart_penalty=12.5, gpus_per_node=4)
+    on = run_simulation(specs, table, 8, "shockwave-edf", restart_penalty=12.5, gpus_per_node=4,
+                        preemption_cost_s=12.5, mode="authoritative")
+    assert off.preemptions["wasted"] > 0 and off.preemptions["kept"] == 0
+    assert on.preemptions["wasted"] == 0 and on.preemptions["kept"] > 0
+    column = compare.simulate(specs, table, 8, 2, "shockwave-edf", 12.5, None, early=False)
+    assert column["restart_penalty_s"] == 12.5 and column["wasted_preemptions"] == 0
+    assert column["preemptions"] == on.preemptions["preempted"] and column["rounds"] == on.rounds
+    assert {k: column[k] for k in figures(on.metrics)} == figures(on.metrics)
+    plain = compare.simulate(specs, table, 8, 2, "slurm", 12.5, 30.0)
+    assert plain["preemptions"] == plain["restarts"] == 0

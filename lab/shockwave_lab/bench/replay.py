@@ -3,19 +3,23 @@
     nice -n 5 .venv/bin/python bench/replay.py --time-scale 30                 (as root; ~15 min per policy)
     .venv/bin/python bench/replay.py --time-scale 30 --policies slurm --no-doc   (one policy, no doc)
 
-Runs `shockwave replay` (slurm_shockwave/replay/) for each policy one after the other (default: the default
+Runs `shockwave replay` (shockwave_lab/replay/) for each policy one after the other (default: the default
 Shockwave policy, then plain Slurm), keeps each result as JSON under bench/results/replay/, and writes
 docs/replay.md: for each run the real and simulated figures side by side, the time scale, the machine's load
 before and after, the wall time and the command, and whether the targets hold (makespan and average JCT within
 5% of the simulator, unfair fraction within 3 points; real Shockwave better than real plain Slurm on makespan,
-average JCT, worst rho and unfair fraction).  `--from-json A.json B.json` rewrites the doc from kept results.
+average JCT, worst rho and unfair fraction).  `--from-json A.json B.json` rewrites the doc from kept results:
+
+    .venv/bin/python bench/replay.py --from-json <bench/results/replay/*.json in date order> --notes reading.md
+
+(reading.md: the doc's "## Reading" sections, which it appends; `--resim` also recomputes each result's simulated
+column and spread from the inputs it keeps and writes them back into its JSON).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -192,9 +196,13 @@ All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`;
 
 def _inputs(res: dict):
     """(specs, table, start cost, time scale) of a kept result: the simulator's inputs."""
+    from shockwave_lab.data_files import TRACES
     from shockwave_lab.replay.api import load
     thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
-    _jobs, specs, table = load(res["trace"], thr, res["gpus"], res["users"])
+    trace = Path(res["trace"])
+    if not trace.exists():                  # kept before the lab moved (or on another checkout): the bundled one
+        trace = TRACES / trace.name
+    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"])
     cost = start_cost(res["real"]) if res.get("fair_share") else res.get("restart_cost_s") or 20.0
     return specs, table, cost, res["time_scale"] if res.get("fair_share") else None
 

@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python bench/round_length.py [--seeds 101-112] [--rounds 120,60] [--costs 30,60]
 
-Each seed is a new trace of the demo's shape (`slurm_shockwave/demo/emulated.py` DEMO_TRACE with only the seed
+Each seed is a new trace of the demo's shape (`shockwave_lab/demo/emulated.py` DEMO_TRACE with only the seed
 changed: 24 jobs of 0.1-0.6 h on 8 GPUs, 2 nodes, 3 users).  On each: the checked plain-Slurm model (scheduler
 passes, minute limits: replay/site.py, at the demo's time scale 40) once, and the default policy under the round
 loop at each round length and restart cost, with the reference's rounds and with the controller's early rounds
@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path

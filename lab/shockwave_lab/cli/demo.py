@@ -1,6 +1,6 @@
 """`shockwave demo`: the main job, end to end, on a local Slurm cluster: the same workload under plain Slurm
 and under Shockwave, side by side, with the simulated values of both (a short replay of emulated jobs,
-demo/emulated.py; `--cpu-training`: the earlier demo with real CPU-training jobs, demo/run.py)."""
+demo/emulated.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,38 +9,29 @@ import click
 
 from slurm_shockwave.cli.common import console, emit_json, esc
 
-DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "demo.md"
-
 
 @click.command()
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option("--gpus-per-node", default=4, show_default=True, type=click.IntRange(1, 16))
 @click.option("--round-seconds", default=None, type=click.FloatRange(0.5, 600),
-              help="Length of a round: 120 trace seconds / the time scale (default 3 s: time scale 40; with "
-                   "--cpu-training 20 s of real time).")
-@click.option("--mode", default="authoritative", show_default=True, type=click.Choice(["advisory", "authoritative"]),
-              help="The controller's mode (--cpu-training only; the replay runs it authoritative).")
+              help="Length of a round: 120 trace seconds / the time scale (default 3 s: time scale 40).")
 @click.option("--short", is_flag=True, help="A small, quick workload (what the CI test runs).")
 @click.option("--slurm", "slurm_version", type=click.Choice(["22.05", "24.11", "26.05"]), default=None,
               help="Slurm version (default: the host's; another one runs from a Debian root, see `cluster up --slurm`).")
 @click.option("--shockwave-only", is_flag=True, help="Skip the plain-Slurm run (no comparison).")
-@click.option("--cpu-training", is_flag=True,
-              help="The earlier demo: real CPU-training jobs from job_templates/ (they compete for the cores).")
 @click.option("--timeout", default=900.0, show_default=True, help="Give up waiting for a run's jobs after this long.")
 @click.option("--keep", is_flag=True, help="Keep the demo's directory (logs, state, events).")
 @click.option("--write-doc", type=click.Path(dir_okay=False), default=None,
-              help=f"Also write the result tables into this Markdown file (e.g. {DOC.relative_to(DOC.parent.parent)}).")
+              help="Also write the result tables into this Markdown file (e.g. docs/demo.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo(nodes, gpus_per_node, round_seconds, mode, short, slurm_version, shockwave_only, cpu_training, timeout, keep,
-         write_doc, as_json):
+def demo(nodes, gpus_per_node, round_seconds, short, slurm_version, shockwave_only, timeout, keep, write_doc,
+         as_json):
     """A contended trace (24 jobs on 8 GPUs, 3 users; --short: its first 5 jobs) replayed twice on a local Slurm
     cluster with emulated training jobs under the real wrapper: plain Slurm (no controller), then the Shockwave
     controller; prints both side by side with the simulated result of each (docs/demo.md)."""
     import os
     import time
-    if cpu_training:
-        return _cpu_training(nodes, gpus_per_node, round_seconds or 20.0, mode, short, slurm_version, shockwave_only,
-                             timeout, keep, write_doc, as_json)
+
     from shockwave_lab.demo.emulated import render_markdown, render_text, run_demo
     out = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     started = time.monotonic()
@@ -59,32 +50,3 @@ def demo(nodes, gpus_per_node, round_seconds, mode, short, slurm_version, shockw
     c.print(f"all daemons stopped; whole demo {result['wall_s']:.0f} s")
     if write_doc:
         c.print(esc(f"wrote {write_doc}"))
-
-
-def _cpu_training(nodes, gpus_per_node, round_seconds, mode, short, slurm_version, shockwave_only, timeout, keep,
-                  write_doc, as_json):
-    """The earlier demo: real CPU-training jobs (demo/run.py)."""
-    import time
-
-    from shockwave_lab.demo.report import render_markdown, render_tables
-    from shockwave_lab.demo.run import Demo
-    from shockwave_lab.demo.workload import default_workload, short_workload
-    out = (lambda *_: None) if as_json else click.echo
-    started = time.monotonic()
-    d = Demo(short_workload() if short else default_workload(), nodes=nodes, gpus_per_node=gpus_per_node,
-             round_seconds=round_seconds, mode=mode, timeout=timeout, out=out, keep=keep,
-             status_every=10 if short else 30, compare=not shockwave_only, slurm=slurm_version)
-    result = d.run()
-    result["wall_s"] = round(time.monotonic() - started, 1)
-    import os
-    result["cpus"], result["load"] = os.cpu_count(), round(os.getloadavg()[0], 1)
-    if write_doc:
-        Path(write_doc).write_text(render_markdown(result, short=short))
-    if as_json:
-        emit_json(result)
-        return
-    c = console()
-    c.width = max(c.width, 150)
-    render_tables(result, c)
-    if write_doc:
-        c.print(f"wrote {write_doc}")

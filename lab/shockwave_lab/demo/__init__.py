@@ -1,3 +1,3 @@
-"""The main job, end to end: a local Slurm cluster, a mixed workload from the job templates submitted as
-several users, the controller with short rounds, `shockwave status` as it goes, and a summary with the
-same workload's simulated result beside it."""
+"""The main job, end to end (`shockwave demo`, emulated.py): a contended trace replayed on a local Slurm cluster
+with emulated jobs as several users, under plain Slurm and under the Shockwave controller, with the same
+workload's simulated result beside each."""

@@ -1,11 +1,10 @@
 """The demo as a short replay: a small contended trace (more jobs than GPUs), emulated jobs, several users, run
 twice on the same kind of local Slurm cluster, plain Slurm first, then the Shockwave controller, with the
-simulated figures of each beside the real ones (slurm_shockwave/replay/).
+simulated figures of each beside the real ones (shockwave_lab/replay/).
 
 Emulated jobs sleep their profiled epochs (replay/emujob.py): no job competes for the CPU, so the comparison
 is the schedulers' alone, not the 2 cores'.  The real CPU-training job templates (job_templates/, train_cnn.py)
-still work and are tested on their own (tests/test_templates_slurm.py); `shockwave demo --cpu-training` runs
-the earlier demo with them.
+still work and are tested on their own (tests/test_templates_slurm.py).
 """
 from __future__ import annotations
 
@@ -40,8 +39,8 @@ def demo_trace(directory: Path) -> tuple[Path, Path]:
 def run_demo(nodes: int = 2, gpus_per_node: int = 4, time_scale: float = 40.0, short: bool = False,
              compare: bool = True, slurm: str | None = None, out=print, keep: bool = False,
              timeout_s: float | None = None, policy: str | None = None) -> dict:
-    """Both runs (or the Shockwave one only); the result has the keys of the CPU-training demo's where they mean
-    the same ("where", "runs" -> label -> "real" / "simulated" / "jobs", "root")."""
+    """Both runs (or the Shockwave one only): "where" ("slurm", or "simulated" where Slurm cannot start), "runs" ->
+    label -> "real" / "simulated" / "jobs", "root", the workload."""
     from shockwave_lab.localcluster import SlurmUnavailable
     from slurm_shockwave.policy_settings import default_name
     from shockwave_lab.replay.api import load, replay
@@ -141,9 +140,9 @@ def render_text(res: dict) -> str:
     return "\n".join(lines + ["", reading(res)])
 
 
-def _model_words(runs: dict) -> str:
-    return ("the simulator's model of a Slurm site: multifactor priority, conservative backfill with the same time "
-            "limits, decided at each of the cluster's scheduler passes, 1 s of wall time")
+#: what the plain-Slurm simulated column models
+MODEL_WORDS = ("the simulator's model of a Slurm site: multifactor priority, conservative backfill with the same time "
+               "limits, decided at each of the cluster's scheduler passes, 1 s of wall time")
 
 
 def render_markdown(res: dict, load: str = "?", cpus: int | None = None) -> str:
@@ -182,7 +181,7 @@ jobs do not slow each other: what differs between the runs is the scheduling. Al
 
 The simulated columns run the same jobs through the simulator, on the same nodes (each gang on one node): Shockwave
 with the restart cost measured in its real run and the controller's early rounds (a job's end starts the next round
-when another waits, polled every {controller_timing(res['time_scale'])[0]:g} wall s), plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy')}` ({_model_words(runs)}).
+when another waits, polled every {controller_timing(res['time_scale'])[0]:g} wall s), plain Slurm through `{_v(runs, 'slurm', 'simulated', 'policy')}` ({MODEL_WORDS}).
 `shockwave replay` does the same for any trace (`docs/replay.md`: the 120-job trace on 32 GPUs).
 
 ## Summary

@@ -1,10 +1,11 @@
 """The replay's simulated column, and the two columns side by side.
 
-The simulated column runs the same JobSpecs (same users) through the simulator with the restart cost measured in
-the real run (collect.py) as its `restart_penalty` and as its preemption gate's cost (the controller gates
-preemptions the same way in authoritative mode, controller/loop.py), rounds of 120 trace seconds that end early
-as the controller's do (a job ends while another waits: the replay controller's poll and min gap, site.py
-`model_early_rounds`), on the real cluster's nodes (each gang on one node, solver/nodes.py).
+The simulated column runs the same JobSpecs (same users) through the simulator (simulate.py `run_simulation`, as
+`shockwave simulate` and the study do) with the restart cost measured in the real run (collect.py) as its
+`restart_penalty` and as its preemption gate's cost (the controller gates preemptions the same way in
+authoritative mode, controller/loop.py), rounds of 120 trace seconds that end early as the controller's do (a job
+ends while another waits: the replay controller's poll and min gap, site.py `model_early_rounds`), on the real
+cluster's nodes (each gang on one node, solver/nodes.py).
 
 For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multifactor` policy with the real
 cluster's settings in trace seconds (site.py): its PriorityCalcPeriod, and rounds of its scheduler pass (1 s of wall
@@ -17,12 +18,10 @@ import dataclasses
 import random
 import statistics
 
-from solver.policies import make_policy, policy_class
+from solver.policies import policy_class
 
-from slurm_shockwave.controller.loop import RoundLoop
-from shockwave_lab.metrics import compute
-from shockwave_lab.sim.cluster import SimulatedCluster
 from shockwave_lab.replay.collect import figures, user_share
+from shockwave_lab.simulate import run_simulation
 from shockwave_lab.replay.site import model_early_rounds, model_round_s, model_settings
 
 SLURM_MODEL = "slurm-multifactor"
@@ -41,30 +40,25 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
     (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones)."""
     model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
     site = policy == "slurm" and time_scale
-    cluster = SimulatedCluster(specs, table, gpus, round_length=model_round_s(time_scale) if site else round_s,
-                               restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
-                               early_rounds=model_early_rounds(time_scale, round_s)
-                               if early and policy != "slurm" else None)
-    loop = RoundLoop(cluster, make_policy(model, model_settings(time_scale) if site else None),
-                     keep_records=True, mode="authoritative",
-                     preemption_cost_s=restart_cost if policy != "slurm" else None)
-    loop.run()
-    m = compute(model, cluster.finished, gpus, n_trace=len(specs), busy_gpu_seconds=cluster.busy_gpu_seconds,
-                start_time=min(s.arrival_time for s in specs))
-    finish = {r.job_id: r.finish_time for r in cluster.finished}
+    gated = policy != "slurm"                     # the controller's gate; plain Slurm preempts nobody
+    r = run_simulation(specs, table, gpus, model, round_length=model_round_s(time_scale) if site else round_s,
+                       policy_config=model_settings(time_scale) if site else None, keep_round_log=True,
+                       restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
+                       early_rounds=model_early_rounds(time_scale, round_s) if early and gated else None,
+                       preemption_cost_s=restart_cost if gated else None, mode="authoritative")
+    finish = {rec.job_id: rec.finish_time for rec in r.records}
     spec = {s.job_id: s for s in specs}
     intervals = []
-    for i, rec in enumerate(loop.records):
-        end = loop.records[i + 1].view.now if i + 1 < len(loop.records) else max(finish.values())
+    for i, rec in enumerate(r.round_log):
+        end = r.round_log[i + 1].view.now if i + 1 < len(r.round_log) else max(finish.values())
         for jid in rec.decision.run:
             s = spec[jid]
             intervals.append((s.user, rec.view.now, min(end, finish.get(jid, end)), s.num_gpus))
-    out = figures(m)
-    out.update(policy=model, restarts=sum(r.restarts for r in cluster.finished),
-               wasted_preemptions=loop.preemptions["wasted"], preemptions=loop.preemptions["preempted"],
-               rounds=loop.rounds, restart_penalty_s=restart_cost,
-               user_share=_share(intervals, cluster.finished),
-               per_job={f"t{int(r.job_id):03d}": round(r.jct, 1) for r in cluster.finished})
+    out = figures(r.metrics)
+    out.update(policy=model, restarts=sum(rec.restarts for rec in r.records),
+               wasted_preemptions=r.preemptions["wasted"], preemptions=r.preemptions["preempted"],
+               rounds=r.rounds, restart_penalty_s=restart_cost, user_share=_share(intervals, r.records),
+               per_job={f"t{int(rec.job_id):03d}": round(rec.jct, 1) for rec in r.records})
     return out
 
 
