@@ -1,4 +1,4 @@
-"""The study's issue-24 tables (bench/study_report.py puts them in docs/results.md): several GPU types (TYPED: the
+"""The study's issue-24 tables (study_report.py puts them in docs/results.md): several GPU types (TYPED: the
 default against Gavel's heterogeneity-aware max-min fairness) and users (USERS: each user's GPU share)."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ GAVEL_HET = "max_min_fairness_het"
 TYPED_TARGETS = ("makespan < Gavel-het", "worst dyn. FTF < Gavel-het")
 TYPED_TEXT = (
     "Study traces on clusters of three GPU types, each at its column of the TACC throughput file (`shockwave "
-    "simulate --gpus v100:16,p100:8,k80:8`, `slurm_shockwave/workload/gpu_types.py`): a job's exclusive time (rho, "
+    "simulate --gpus v100:16,p100:8,k80:8`, `lab/shockwave_lab/workload/gpu_types.py`): a job's exclusive time (rho, "
     "dynamic FTF, LB) is on its fastest type, and its dynamic FTF's cluster counts each type's GPUs at the job's "
     "speed there (`docs/fairness.md`); LB counts every GPU at each job's fastest type, so it is looser than on one "
     "type.  Every policy places gangs on one type it can run on; only Gavel-het "
     "(`max_min_fairness_het`) and Pollux choose types by what they gain there, the others take the fastest type with "
     "room in their own order.  Target: the default beats Gavel-het on makespan and worst dynamic FTF on every trace.")
 USERS_TEXT = (
-    "Study traces with users (`shockwave trace generate --users N --splitter K`, `slurm_shockwave/workload/users.py`): "
+    "Study traces with users (`shockwave trace generate --users N --splitter K`, `lab/shockwave_lab/workload/users.py`): "
     "jobs go to the users in turn, and the user `splitter` submits each of its jobs as K jobs of 1/K the steps (the "
     "same work).  Cells: *share* (*fair share*) / worst dynamic FTF: the user's share of the GPU-seconds held while "
     "every user had an active job, its max-min fair share of them by the GPUs its jobs demanded, and its jobs' worst "

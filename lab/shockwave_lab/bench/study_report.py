@@ -1,4 +1,4 @@
-"""docs/results.md from the study's per-run JSON files (bench/study.py report)."""
+"""docs/results.md from the study's per-run JSON files (bench/study.py report, shockwave_lab.bench.study_cli)."""
 from __future__ import annotations
 
 import json
@@ -170,10 +170,10 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
              "max(1, jobs in the trace / GPUs)) and its unfair fraction (% of jobs with rho > 1.05); the dynamic "
              "finish-time fairness (Themis's, with the contention each job saw: `docs/fairness.md`), worst, 95th "
              "percentile and unfair fraction.  **LB** is the physical lower bound of the makespan "
-             "(`slurm_shockwave/metrics.py`).  *Decided by*: the share of the GPU-rounds of contested rounds "
+             "(`lab/shockwave_lab/metrics.py`).  *Decided by*: the share of the GPU-rounds of contested rounds "
              "(more GPUs asked for than the cluster has) that each rule placed (`RoundLoop.decided_by`).  "
              "*Offered load*: GPU-seconds of work over GPUs x the arrival span.", "",
-             "Traces (`bench/study_traces.py`): 10 generated for issue 12, the 3 bundled ones, 9 of new shapes "
+             "Traces (`lab/shockwave_lab/bench/study_traces.py`): 10 generated for issue 12, the 3 bundled ones, 9 of new shapes "
              "(bursts over long spans, mostly 1-GPU jobs with a few 8-GPU gangs, 16-GPU clusters at 90%+ load); "
              "the held-out ones below.", "",
              f"## The default ({default_policy().name}): targets per trace", ""]
@@ -199,7 +199,7 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
 
 
 def _het_sections(out: Path) -> list[str]:
-    """Several GPU types and users (issue 24; bench/study_het.py), when they have run."""
+    """Several GPU types and users (issue 24; study_het.py), when they have run."""
     lines = []
     typed = _runs(TYPED, out / "typed")
     if any(any(r.values()) for _, r in typed):
