@@ -18,6 +18,8 @@ writable by others.  Settings: environment, else the first KEY=VALUE config file
 (slurm_shockwave/events/layout.py) and the marker rule too (slurm_shockwave/slurm/hints.py):
 both are loaded by path, from copies next to this file or from the source checkout.
 """
+
+import contextlib
 import json
 import os
 import re
@@ -30,16 +32,26 @@ import types
 
 TAIL_BYTES = 64 * 1024
 KIND_BY_CONTEXT = {
-    "prolog_slurmd": "prolog_start", "prolog_slurmctld": "prolog_start",
-    "epilog_slurmd": "epilog_end", "epilog_slurmctld": "epilog_end",
+    "prolog_slurmd": "prolog_start",
+    "prolog_slurmctld": "prolog_start",
+    "epilog_slurmd": "epilog_end",
+    "epilog_slurmctld": "epilog_end",
 }
 CONF_KEYS = ("SHOCKWAVE_STORE", "SHOCKWAVE_MARKER", "SHOCKWAVE_HOOK_ALL_JOBS", "SHOCKWAVE_HOOK_LOG")
 
 
 def conf_candidates(env):
     here = os.path.dirname(os.path.abspath(__file__))
-    return [p for p in (env.get("SHOCKWAVE_HOOK_CONF"), os.path.join(here, "shockwave-hook.conf"),
-                        "/etc/slurm/shockwave-hook.conf", "/etc/shockwave/hook.conf") if p]
+    return [
+        p
+        for p in (
+            env.get("SHOCKWAVE_HOOK_CONF"),
+            os.path.join(here, "shockwave-hook.conf"),
+            "/etc/slurm/shockwave-hook.conf",
+            "/etc/shockwave/hook.conf",
+        )
+        if p
+    ]
 
 
 def load_conf(env):
@@ -68,7 +80,7 @@ def log(conf, msg):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
         try:
-            os.write(fd, ("%s shockwave-hook: %s\n" % (time.strftime("%F %T"), msg)).encode())
+            os.write(fd, f"{time.strftime('%F %T')} shockwave-hook: {msg}\n".encode())
         finally:
             os.close(fd)
     except OSError:
@@ -89,16 +101,14 @@ def trusted(st, owners, is_kind):
 
 
 def unsafe(d, st):
-    return "unsafe %s (owner %d, mode %o)" % (d, st.st_uid, stat.S_IMODE(st.st_mode))
+    return f"unsafe {d} (owner {st.st_uid:d}, mode {stat.S_IMODE(st.st_mode):o})"
 
 
 def own_dir(d, layout):
     """Create ``d`` if missing; None if it is a real directory owned by root/us and writable by nobody
     else, else why it is unsafe (one line)."""
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(d, layout.DIR_MODE)
-    except FileExistsError:
-        pass
     st = os.lstat(d)
     return None if trusted(st, (0, os.geteuid()), stat.S_ISDIR) else unsafe(d, st)
 
@@ -137,12 +147,13 @@ def read_tail(path):
 def append(path, rec, layout):
     """One validated-size line, one write(2), O_APPEND, never through a symlink."""
     data = layout.encode_line(rec)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                 | os.O_CLOEXEC, layout.FILE_MODE)
+    fd = os.open(
+        path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, layout.FILE_MODE
+    )
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ValueError("refusing to append to %s (not our regular file)" % path)
+            raise ValueError(f"refusing to append to {path} (not our regular file)")
         n = os.write(fd, data)
         if n != len(data):
             os.write(fd, b"\n")
@@ -183,7 +194,7 @@ def load_shared(copy_name, *source):
         with os.fdopen(fd, "rb") as fh:
             if not trusted(os.fstat(fh.fileno()), (0, os.geteuid()), stat.S_ISREG):
                 continue
-            ns = {"__name__": copy_name[:-len(".py")]}
+            ns = {"__name__": copy_name[: -len(".py")]}
             exec(compile(fh.read(), path, "exec"), ns)
             return types.SimpleNamespace(**ns)
     return None
@@ -210,8 +221,12 @@ def is_managed(env, conf, store, job_id, sys_file, layout=None):
     # slurmctld-side hooks get no comment: the job is known if it already has files
     uid = to_int(env.get("SLURM_JOB_UID"))
     layout = layout or load_layout()
-    return os.path.lexists(sys_file) or (layout is not None and uid is not None and uid >= 0 and os.path.isdir(
-        os.path.join(store, layout.USERS_DIR, str(uid), job_id)))
+    return os.path.lexists(sys_file) or (
+        layout is not None
+        and uid is not None
+        and uid >= 0
+        and os.path.isdir(os.path.join(store, layout.USERS_DIR, str(uid), job_id))
+    )
 
 
 def provision_user_dir(store, env, layout):
@@ -241,8 +256,15 @@ def build_events(env, job_id, context, tail, layout):
     limit = layout.FIELD_SPECS
     restart = max(0, min(to_int(env.get("SLURM_JOB_RESTART_COUNT"), 0), limit["restart"][2]))
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
-    base = {"v": layout.SCHEMA_VERSION, "kind": kind, "job": job_id, "ts": round(time.time(), 6),
-            "restart": restart, "source": context, "host": host[:limit["host"][2]]}
+    base = {
+        "v": layout.SCHEMA_VERSION,
+        "kind": kind,
+        "job": job_id,
+        "ts": round(time.time(), 6),
+        "restart": restart,
+        "source": context,
+        "host": host[: limit["host"][2]],
+    }
     gpus = count_gpus(env)
     if gpus is not None:
         base["gpus"] = gpus
@@ -253,12 +275,12 @@ def build_events(env, job_id, context, tail, layout):
             base["exit_code"] = code
             if sig:
                 base["signal"] = sig
-        starts = [r.get("restart") for r in tail if r.get("kind") == "prolog_start"
-                  and isinstance(r.get("restart"), int)]
+        starts = [
+            r.get("restart") for r in tail if r.get("kind") == "prolog_start" and isinstance(r.get("restart"), int)
+        ]
         requeued = [r.get("restart") for r in tail if r.get("kind") == "requeue"]
         if starts and restart > max(starts) and restart not in requeued:
-            events.append(dict(base, kind="requeue", reason="restart count %d -> %d"
-                               % (max(starts), restart)))
+            events.append(dict(base, kind="requeue", reason=f"restart count {max(starts):d} -> {restart:d}"))
             events[-1].pop("exit_code", None)
             events[-1].pop("signal", None)
     return events
@@ -278,11 +300,11 @@ def main(env):
     if not re.match(layout.SLURM_JOB_ID + r"\Z", job_id):
         return
     if not os.path.isdir(store):
-        log(conf, "store %s missing; nothing recorded for job %s" % (store, job_id))
+        log(conf, f"store {store} missing; nothing recorded for job {job_id}")
         return
     d = system_dir(store, layout)
     if d is None:
-        log(conf, "unsafe or missing %s/%s; nothing recorded" % (store, layout.SYSTEM_DIR))
+        log(conf, f"unsafe or missing {store}/{layout.SYSTEM_DIR}; nothing recorded")
         return
     sys_file = os.path.join(d, layout.system_file_name(job_id))
     if not is_managed(env, conf, store, job_id, sys_file, layout):
@@ -290,7 +312,7 @@ def main(env):
     if context.startswith("prolog"):
         problem = provision_user_dir(store, env, layout)
         if problem:
-            log(conf, "job %s: %s; the job's events cannot be written" % (job_id, problem))
+            log(conf, f"job {job_id}: {problem}; the job's events cannot be written")
     tail = read_tail(sys_file) if context.startswith("epilog") else []
     for rec in build_events(env, job_id, context, tail, layout):
         append(sys_file, rec, layout)
@@ -301,10 +323,8 @@ if __name__ == "__main__":
         signal.signal(signal.SIGALRM, lambda *_: os._exit(0))
         signal.alarm(max(1, to_int(os.environ.get("SHOCKWAVE_HOOK_TIMEOUT"), 3)))
         main(os.environ)
-    except BaseException as exc:  # never fail: a failing prolog drains the node
-        try:
-            log(load_conf(os.environ), "error: %r" % (exc,))
-        except BaseException:
-            pass
+    except BaseException as exc:  # noqa: BLE001 - never fail (a failing prolog drains the node): logged here
+        with contextlib.suppress(BaseException):  # the log itself failed: there is nothing left to log to
+            log(load_conf(os.environ), f"error: {exc!r}")
     sys.stdout.flush()
     os._exit(0)

@@ -1,4 +1,5 @@
 """Errors shared by every part that runs: each `str()` is one line, the cause and what to do."""
+
 from __future__ import annotations
 
 

@@ -5,12 +5,14 @@ values, `.yaml`/`.yml` when PyYAML is installed, anything else JSON); `read_text
 line-oriented formats such as the reference `.trace`).  Every failure is an `InputFileError` whose text is
 one line, `path[:line]: problem`: file not found, a directory, unreadable, not UTF-8 text, bad syntax.
 """
+
 from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib  # type: ignore[import-not-found]  # Python 3.11+ (mypy checks 3.10)
 
 FORMATS = {".toml": "toml", ".jsonl": "jsonl", ".yaml": "yaml", ".yml": "yaml"}
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -59,8 +61,9 @@ def parse(text: str, path, fmt: str | None = None):
             at = _TOML_AT.search(msg)
             if at is None:
                 raise InputFileError(path, f"bad TOML: {msg}") from None
-            raise InputFileError(path, f"bad TOML: {msg[:at.start()]} (column {at.group(2)})",
-                                 int(at.group(1))) from None
+            raise InputFileError(
+                path, f"bad TOML: {msg[: at.start()]} (column {at.group(2)})", int(at.group(1))
+            ) from None
     if fmt == "jsonl":
         return [_json(ln, path, n) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     if fmt == "yaml":

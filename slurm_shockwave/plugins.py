@@ -8,6 +8,7 @@
 A plug-in that cannot be loaded never takes the built-in policies or commands down with it, and is never hidden:
 its failure is logged with the entry point's name, and a command says it when it is run.
 """
+
 from __future__ import annotations
 
 import logging

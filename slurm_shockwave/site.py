@@ -6,12 +6,14 @@ The config file is ``$SHOCKWAVE_CONFIG`` (an admin can set it in the Slurm envir
 TaskProlog or /etc/environment), else ``/etc/shockwave/config.toml`` when it exists.  Standard library only:
 the wrapper reads the one key it needs without validating the whole file (the controller does that).
 """
+
 from __future__ import annotations
 
 import os
-import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+
+import tomllib  # type: ignore[import-not-found]  # Python 3.11+ (mypy checks 3.10)
 
 ENV_CONFIG = "SHOCKWAVE_CONFIG"
 SITE_CONFIG = Path("/etc/shockwave/config.toml")

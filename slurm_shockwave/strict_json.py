@@ -4,14 +4,14 @@ Strict parsers (jq, JavaScript's JSON.parse, Go's encoding/json) reject Python's
 `finite` turns a non-finite float into null first, and `allow_nan=False` makes any one left an error here
 rather than a file nobody else can read.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
-
-_PLAIN = (str, int, type(None))      # bool is an int
+_PLAIN = (str, int, type(None))  # bool is an int
 
 
 def finite(x):

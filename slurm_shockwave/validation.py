@@ -8,22 +8,25 @@
 Used for every input the project validates with pydantic (controller config, policy settings, job specs,
 job hints, Slurm records); the solver raises plain `ValidationError`s and the caller formats them here.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 
-def describe(errors: ValidationError | Iterable[dict], prefix: tuple = (),
-             key: Callable[[tuple], str] | None = None) -> list[str]:
+def describe(
+    errors: ValidationError | Iterable[Mapping[str, Any]], prefix: tuple = (), key: Callable[[tuple], str] | None = None
+) -> list[str]:
     """One line per problem.  `prefix` is prepended to every location; `key` (optional) turns a location
     into the key shown (default: the parts joined by dots)."""
     return [line(err, prefix, key) for err in _errors(errors)]
 
 
-def line(err: dict, prefix: tuple = (), key: Callable[[tuple], str] | None = None) -> str:
+def line(err: Mapping[str, Any], prefix: tuple = (), key: Callable[[tuple], str] | None = None) -> str:
     """One problem: `key = value: message`, `key: message` when the value says nothing (an unknown or a
     missing key), `[key]: must be a table, got ...` for a whole table of the wrong type."""
     loc = (*prefix, *err.get("loc", ()))
@@ -36,7 +39,7 @@ def line(err: dict, prefix: tuple = (), key: Callable[[tuple], str] | None = Non
     return f"{name} = {show(value)}: {message(err)}" if name else message(err)
 
 
-def message(err: dict) -> str:
+def message(err: Mapping[str, Any]) -> str:
     """What is wrong, in words (without the key and the value)."""
     kind, ctx = err.get("type", ""), err.get("ctx") or {}
     known = {
@@ -55,8 +58,11 @@ def message(err: dict) -> str:
         "greater_than_equal": f"must be >= {_num(ctx.get('ge'))}",
         "less_than": f"must be < {_num(ctx.get('lt'))}",
         "less_than_equal": f"must be <= {_num(ctx.get('le'))}",
-        "string_too_short": ("must not be empty" if ctx.get("min_length") == 1
-                             else f"must be at least {ctx.get('min_length')} characters"),
+        "string_too_short": (
+            "must not be empty"
+            if ctx.get("min_length") == 1
+            else f"must be at least {ctx.get('min_length')} characters"
+        ),
         "string_too_long": f"must be at most {ctx.get('max_length')} characters",
         "string_pattern_mismatch": "must be a plain name (letters, digits, _ . -)",
         "too_short": f"must have at least {ctx.get('min_length')} item(s)",
@@ -67,7 +73,7 @@ def message(err: dict) -> str:
     if text is None:
         text = str(err.get("msg", "invalid"))
         if text.startswith("Value error, "):
-            text = text[len("Value error, "):]
+            text = text[len("Value error, ") :]
     return first_line(text)
 
 
@@ -89,5 +95,5 @@ def _num(x):
     return int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 1e15 else x
 
 
-def _errors(errors) -> list[dict]:
+def _errors(errors: ValidationError | Iterable[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     return errors.errors(include_url=False) if isinstance(errors, ValidationError) else list(errors)

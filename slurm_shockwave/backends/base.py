@@ -16,16 +16,16 @@ retries; it never acts on a failed read).
 Backends are found by name in the entry-point group ``slurm_shockwave.backends`` (setup.cfg), as submitit finds
 its executors: a new backend is one subpackage plus one entry point.  `backend_class(name)`.
 """
+
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 
+from slurm_shockwave.journal.context import RoundContext
 from solver.placement import check_placement, place
 from solver.types import ClusterView, RoundDecision
-
-from slurm_shockwave.journal.context import RoundContext
 
 ENTRY_POINT_GROUP = "slurm_shockwave.backends"
 
@@ -44,11 +44,11 @@ class JobRecord:
     num_gpus: int
     arrival_time: float
     finish_time: float
-    isolated_runtime: float      # exclusive run time under its profiled schedule (FTF denominator)
-    run_time: float = 0.0        # seconds it actually ran
+    isolated_runtime: float  # exclusive run time under its profiled schedule (FTF denominator)
+    run_time: float = 0.0  # seconds it actually ran
     rounds_run: int = 0
-    restarts: int = 0            # times it (re)started after not running the round before
-    account: str = ""            # the account it was charged to (per-account metrics)
+    restarts: int = 0  # times it (re)started after not running the round before
+    account: str = ""  # the account it was charged to (per-account metrics)
     # the cluster's GPUs counted at this job's speed on each type over its reference type's (the dynamic FTF's G on
     # a cluster of several GPU types, docs/fairness.md); 0: the cluster's GPU count
     cluster_gpus: float = 0.0
@@ -93,11 +93,11 @@ class ServiceBackend(ClusterBackend):
     """A backend the controller daemon runs (see the module docstring)."""
 
     round_index: int = 0
-    label: str = "cluster"       # how logs name the cluster ("Slurm unavailable ...")
+    label: str = "cluster"  # how logs name the cluster ("Slurm unavailable ...")
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, cfg, journal, reader, metrics=None, clock=None) -> "ServiceBackend":
+    def from_config(cls, cfg, journal, reader, metrics=None, clock=None) -> ServiceBackend:
         """The backend of a validated controller config, journalling into `journal` (a journal.StateStore)."""
 
     @abc.abstractmethod

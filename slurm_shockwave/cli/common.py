@@ -1,4 +1,5 @@
 """Shared CLI helpers: one-line errors, JSON output, rich tables."""
+
 from __future__ import annotations
 
 import sys
@@ -27,13 +28,14 @@ def console():
     """The console of tables and messages: on a terminal, its width (at least 140 columns); anywhere else (a
     log, a pipe) plain text, no colours, each table as wide as its content and no line wrapped."""
     from rich.console import Console
+
     if sys.stdout.isatty():
         return Console(file=sys.stdout, width=max(140, Console().width))
-    return Console(file=sys.stdout, width=PLAIN_WIDTH, color_system=None, highlight=False, soft_wrap=True,
-                   emoji=False)
+    return Console(file=sys.stdout, width=PLAIN_WIDTH, color_system=None, highlight=False, soft_wrap=True, emoji=False)
 
 
 def esc(text) -> str:
     """User or path text made safe for rich markup (`[solved]` would be eaten as a style tag)."""
     from rich.markup import escape
+
     return escape(str(text))

@@ -4,6 +4,7 @@ Exit status: 0 done; 1 the controller cannot run (state directory, state databas
 instance, Slurm/world problems found by `check`); 2 the config file is invalid (systemd's unit does not
 restart on 2: RestartPreventExitStatus=2).
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,6 +41,7 @@ class EarlyStop:
 
 def _config(path, dry_run=False, as_json=False):
     from slurm_shockwave.controller.config import ConfigError, load_config
+
     try:
         cfg = load_config(path)
     except ConfigError as e:
@@ -61,30 +63,42 @@ def controller():
 
 def _setup_logging(log_json: bool) -> None:
     from slurm_shockwave.controller.daemon import JsonFormatter
+
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_json else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if log_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
 
 
 @controller.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="Controller config (TOML), e.g. /etc/shockwave/config.toml.")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Controller config (TOML), e.g. /etc/shockwave/config.toml.",
+)
 @click.option("--dry-run", is_flag=True, help="Shadow mode: decide and log what would be enacted, enact nothing.")
-@click.option("--max-rounds", type=click.IntRange(min=1), default=None,
-              help="Stop after this many rounds (default: run until SIGTERM).")
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many rounds (default: run until SIGTERM).",
+)
 @click.option("--log-json", is_flag=True, help="Structured (JSON lines) logs on stderr.")
 def run(config_path, dry_run, max_rounds, log_json):
     """Run the round loop: read the cluster, decide the round, enact it; until SIGTERM (SIGHUP reloads the config)."""
-    early = EarlyStop()                     # first: a SIGTERM while starting is a clean stop, not exit 143
+    early = EarlyStop()  # first: a SIGTERM while starting is a clean stop, not exit 143
     from slurm_shockwave.controller.daemon import Controller
-    from slurm_shockwave.journal.lock import AlreadyRunning
     from slurm_shockwave.controller.faults import metrics_error
     from slurm_shockwave.controller.metrics_server import ControllerMetrics
     from slurm_shockwave.errors import StartupError
     from slurm_shockwave.journal import state_db_error
+    from slurm_shockwave.journal.lock import AlreadyRunning
+
     cfg = _config(config_path, dry_run)
     _setup_logging(log_json)
     metrics = ControllerMetrics()
@@ -100,8 +114,14 @@ def run(config_path, dry_run, max_rounds, log_json):
                 raise RunError(str(metrics_error(cfg.metrics_address, cfg.metrics_port, e))) from None
         ctl.install_signal_handlers(early)
         ctl.warn_at_start()
-        log.info("controller started: mode=%s policy=%s round=%ss partition=%s%s", cfg.mode, cfg.policy.name,
-                 cfg.round_seconds, cfg.partition, " (dry run)" if cfg.dry_run else "")
+        log.info(
+            "controller started: mode=%s policy=%s round=%ss partition=%s%s",
+            cfg.mode,
+            cfg.policy.name,
+            cfg.round_seconds,
+            cfg.partition,
+            " (dry run)" if cfg.dry_run else "",
+        )
         try:
             n = ctl.run(max_rounds=max_rounds)
         except sqlite3.Error as e:
@@ -119,6 +139,7 @@ def run(config_path, dry_run, max_rounds, log_json):
 def check(config_path, as_json, syntax_only):
     """Check a controller config and the world it runs in: one line per problem; exit 2 (config) or 1 (world)."""
     from slurm_shockwave.controller.preflight import check_world, summary
+
     cfg = _config(config_path, as_json=as_json)
     facts: dict = {}
     problems = [] if syntax_only else check_world(cfg, facts)
@@ -141,6 +162,7 @@ def uninstall(config_path, as_json):
     """Release the jobs the controller holds, reset the SiteFactors it set and clear the node pins it wrote."""
     from slurm_shockwave.backends.base import BackendUnavailable, backend_class
     from slurm_shockwave.journal.lock import ControllerRunning
+
     cfg = _config(config_path)
     try:
         done = backend_class(cfg.backend).uninstall(cfg)
@@ -149,12 +171,15 @@ def uninstall(config_path, as_json):
     if as_json:
         emit_json(done)
     else:
-        click.echo(f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}, "
-                   f"cleared the node pin of {len(done.get('unpinned', ()))}")
+        click.echo(
+            f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}, "
+            f"cleared the node pin of {len(done.get('unpinned', ()))}"
+        )
 
 
 @controller.command("example-config")
 def example_config():
     """Print the commented reference config, every setting at its default (docs/config.example.toml)."""
     from slurm_shockwave.controller.config_example import example_toml
+
     click.echo(example_toml(), nl=False)

@@ -1,6 +1,7 @@
 """`shockwave`: the command-line entry point (click).  Sub-commands live in modules named for them; the lab's
 (`simulate`, `demo`, `replay`, `cluster`, `report`, `trace`) come from the ``slurm_shockwave.commands`` entry
 points when it is installed, each imported only when it is run or listed in the help."""
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,7 @@ class _Shockwave(click.Group):
             return None
         try:
             command = ep.load()
-        except Exception as e:  # a broken plug-in: logged with its name, and said when it is run
+        except Exception as e:  # noqa: BLE001 - a broken plug-in: logged with its name, and said when it is run
             log.warning("the %s command (%s) cannot be loaded: %s: %s", cmd_name, ep.value, type(e).__name__, e)
             return _broken(cmd_name, ep.value, e)
         if not isinstance(command, click.Command):
@@ -41,8 +42,13 @@ class _Shockwave(click.Group):
 def _broken(name: str, where: str, error: Exception) -> click.Command:
     def run() -> None:
         raise click.ClickException(f"the {name} command ({where}) cannot be loaded: {type(error).__name__}: {error}")
-    return click.Command(name, callback=run, help=f"(cannot be loaded: {type(error).__name__})",
-                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+
+    return click.Command(
+        name,
+        callback=run,
+        help=f"(cannot be loaded: {type(error).__name__})",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 @click.group(cls=_Shockwave, context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,8 +56,10 @@ def _broken(name: str, where: str, error: Exception) -> click.Command:
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """Shockwave: fair, efficient scheduling of adaptive deep-learning jobs on Slurm GPU clusters."""
-    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     load_policy_plugins()
 
 

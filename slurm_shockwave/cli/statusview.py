@@ -1,16 +1,16 @@
 """What `status` and `explain` show, read only from the controller's state: the latest round snapshot (the
 exact views and decision the controller acted on), plus the jobs table for jobs that finished or were
 quarantined since.  No recomputation with placeholder values: one predicted remaining time per job."""
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
 
-from solver.types import RULES
-
 from slurm_shockwave.journal.context import FairShare, JobContext, RoundContext, Unmanaged
 from slurm_shockwave.journal.record import SHORT_HISTORY
+from solver.types import RULES
 
 log = logging.getLogger("slurm_shockwave.status")
 
@@ -41,8 +41,9 @@ def fmt_clock(t) -> str:
 
 def last_finished_round(store):
     try:
-        return store.db.execute("SELECT round, started, finished FROM rounds WHERE status='done'"
-                                " ORDER BY round DESC LIMIT 1").fetchone()
+        return store.db.execute(
+            "SELECT round, started, finished FROM rounds WHERE status='done' ORDER BY round DESC LIMIT 1"
+        ).fetchone()
     except Exception as e:  # noqa: BLE001 - status still shows the snapshot without it
         log.info("the last finished round cannot be read: %s", e)
         return None
@@ -54,21 +55,39 @@ def _row_from_record(rec, v) -> dict:
     running = ctx.slurm_state == "RUNNING"
     remaining = plan.predicted_remaining_s
     return {
-        "job_id": str(v.job_id), "user": v.user, "account": v.account, "gpus": v.num_gpus,
-        "state": ctx.slurm_state or "?", "batch_size": v.batch_size,
-        "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
-        "predicted_remaining_s": remaining, "eta_confidence": ctx.eta_confidence,
-        "eta_source": ctx.eta_source, "eta_detail": ctx.eta_detail,
-        "rho_hat": plan.rho_hat, "weight": v.weight, "rule": plan.rule or None,
-        "rounds_planned": plan.rounds_planned, "next_planned_round": plan.next_offset,
+        "job_id": str(v.job_id),
+        "user": v.user,
+        "account": v.account,
+        "gpus": v.num_gpus,
+        "state": ctx.slurm_state or "?",
+        "batch_size": v.batch_size,
+        "epochs_done": v.epochs_done,
+        "total_epochs": v.total_epochs,
+        "predicted_remaining_s": remaining,
+        "eta_confidence": ctx.eta_confidence,
+        "eta_source": ctx.eta_source,
+        "eta_detail": ctx.eta_detail,
+        "rho_hat": plan.rho_hat,
+        "weight": v.weight,
+        "rule": plan.rule or None,
+        "rounds_planned": plan.rounds_planned,
+        "next_planned_round": plan.next_offset,
         "planned_now": v.job_id in set(rec.run),
         "expected_start": plan.expected_start if not running else ctx.start_time,
-        "expected_end": ((plan.expected_start or rec.view.now or 0) + remaining
-                         if remaining is not None and plan.expected_start is not None else None),
-        "submit_time": ctx.submit_time, "restarts": ctx.restarts,
+        "expected_end": (
+            (plan.expected_start or rec.view.now or 0) + remaining
+            if remaining is not None and plan.expected_start is not None
+            else None
+        ),
+        "submit_time": ctx.submit_time,
+        "restarts": ctx.restarts,
         "reason": plan.reason or "not in this round's decision",
         "preempt_cost_s": ctx.preempt_cost_s,
-        "warnings": list(ctx.warnings), "finished": False, "position": None, **_gpu_type(rec, v, ctx)}
+        "warnings": list(ctx.warnings),
+        "finished": False,
+        "position": None,
+        **_gpu_type(rec, v, ctx),
+    }
 
 
 def _gpu_type(rec, v, ctx: JobContext) -> dict:
@@ -96,26 +115,66 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
     for job in store.jobs(include_finished=True):
         jid, v = job["job_id"], job["view"] or {}
         if v.get("quarantined") or job["state"] == "QUARANTINED":
-            rows[jid] = {**rows.get(jid, {}), "job_id": jid, "user": job["user"], "account": job["account"],
-                         "gpus": job["gpus"], "state": "QUARANTINED", "batch_size": None, "epochs_done": None,
-                         "total_epochs": None, "predicted_remaining_s": None, "rho_hat": None,
-                         "planned_now": False, "expected_start": None, "position": None, "finished": False,
-                         "reason": f"quarantined (left to Slurm, untouched): {v.get('quarantined') or '?'}",
-                         "warnings": []}
+            rows[jid] = {
+                **rows.get(jid, {}),
+                "job_id": jid,
+                "user": job["user"],
+                "account": job["account"],
+                "gpus": job["gpus"],
+                "state": "QUARANTINED",
+                "batch_size": None,
+                "epochs_done": None,
+                "total_epochs": None,
+                "predicted_remaining_s": None,
+                "rho_hat": None,
+                "planned_now": False,
+                "expected_start": None,
+                "position": None,
+                "finished": False,
+                "reason": f"quarantined (left to Slurm, untouched): {v.get('quarantined') or '?'}",
+                "warnings": [],
+            }
         elif job["finished"] is not None and (jid in rows or include_finished):
-            rows[jid] = {**rows.get(jid, {"gpus": job["gpus"], "user": job["user"], "account": job["account"],
-                                         "batch_size": v.get("batch_size"), "predicted_remaining_s": None,
-                                         "rho_hat": None, "warnings": []}),
-                         "job_id": jid, "state": v.get("final_state") or job["state"],
-                         "epochs_done": v.get("epochs_done"), "total_epochs": v.get("total_epochs"),
-                         "predicted_remaining_s": 0, "planned_now": False, "expected_start": None,
-                         "rho_hat": None, "expected_end": None, "warnings": [],
-                         "next_planned_round": None, "finished": True, "ended_early": bool(v.get("ended_early")),
-                         "reason": final_reason(job), "position": None}
+            rows[jid] = {
+                **rows.get(
+                    jid,
+                    {
+                        "gpus": job["gpus"],
+                        "user": job["user"],
+                        "account": job["account"],
+                        "batch_size": v.get("batch_size"),
+                        "predicted_remaining_s": None,
+                        "rho_hat": None,
+                        "warnings": [],
+                    },
+                ),
+                "job_id": jid,
+                "state": v.get("final_state") or job["state"],
+                "epochs_done": v.get("epochs_done"),
+                "total_epochs": v.get("total_epochs"),
+                "predicted_remaining_s": 0,
+                "planned_now": False,
+                "expected_start": None,
+                "rho_hat": None,
+                "expected_end": None,
+                "warnings": [],
+                "next_planned_round": None,
+                "finished": True,
+                "ended_early": bool(v.get("ended_early")),
+                "reason": final_reason(job),
+                "position": None,
+            }
     out = sorted(rows.values(), key=lambda r: int(r["job_id"]) if str(r["job_id"]).isdigit() else 0)
     pending = [r for r in out if r["state"] in ("PENDING", "HELD") and not r.get("finished")]
-    pending.sort(key=lambda r: (not r.get("planned_now"), r.get("expected_start") is None,
-                                r.get("expected_start") or 0, -(r.get("rho_hat") or 0), int(r["job_id"])))
+    pending.sort(
+        key=lambda r: (
+            not r.get("planned_now"),
+            r.get("expected_start") is None,
+            r.get("expected_start") or 0,
+            -(r.get("rho_hat") or 0),
+            int(r["job_id"]),
+        )
+    )
     for i, r in enumerate(pending):
         r["position"] = i + 1
     unm = cluster.unmanaged or Unmanaged()
@@ -129,32 +188,46 @@ def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]
     since_done = round(now - finished_at, 1) if finished_at else None
     warnings = []
     if since_done is not None and since_done > STALE_ROUNDS * round_length:
-        warnings.append(f"the controller has not finished a round for {since_done:.0f} s "
-                        f"(more than {STALE_ROUNDS} rounds of {round_length:g} s): stopped or stuck; "
-                        "this is an old snapshot")
+        warnings.append(
+            f"the controller has not finished a round for {since_done:.0f} s "
+            f"(more than {STALE_ROUNDS} rounds of {round_length:g} s): stopped or stuck; "
+            "this is an old snapshot"
+        )
     if rec is None:
         warnings.append("no round snapshot yet (the controller has not completed a round)")
-    summary = {"round": rec.round_index if rec else (last["round"] if last else None),
-               "round_status": last["status"] if last else None,
-               "snapshot_at": recorded_at, "snapshot_age_s": age,
-               "last_round_at": last["started"] if last else None,
-               "seconds_since_last_round": round(now - last["started"], 1) if last else None,
-               "seconds_since_finished_round": since_done,
-               "gpus": partition, "gpus_managed_capacity": capacity, "gpus_busy": busy_managed + unm.running_gpus,
-               "gpus_busy_managed": busy_managed, "gpus_unmanaged": unm.running_gpus,
-               "unmanaged_running": len(unm.running), "unmanaged_pending": len(unm.pending),
-               "unmanaged_pending_gpus": unm.pending_gpus,
-               "gpus_planned": planned, "planned_utilization": round(planned / capacity, 3) if capacity else None,
-               "last_solve_seconds": last["decide_seconds"] if last else None,
-               "solver_path": rec.decision.path if rec else None, "mode": cluster.mode or cfg.get("mode"),
-               "policy": (rec.policy if rec else None) or cfg.get("policy"),
-               "dry_run": cluster.dry_run if cluster.dry_run is not None else cfg.get("dry_run"),
-               "round_seconds": round_length, "jobs": len(live), "fallback": rec.fallback if rec else None,
-               "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0), "warnings": warnings,
-               "quarantined": len([r for r in out if r["state"] == "QUARANTINED"]),
-               "preemptions": (store.get("preemptions") or {}).get("counts") or {},
-               "fairshare": cluster.fairshare.to_json() if cluster.fairshare else None,
-               "gpu_types": dict(rec.view.capacity) if rec and len(rec.view.capacity) > 1 else None}
+    summary = {
+        "round": rec.round_index if rec else (last["round"] if last else None),
+        "round_status": last["status"] if last else None,
+        "snapshot_at": recorded_at,
+        "snapshot_age_s": age,
+        "last_round_at": last["started"] if last else None,
+        "seconds_since_last_round": round(now - last["started"], 1) if last else None,
+        "seconds_since_finished_round": since_done,
+        "gpus": partition,
+        "gpus_managed_capacity": capacity,
+        "gpus_busy": busy_managed + unm.running_gpus,
+        "gpus_busy_managed": busy_managed,
+        "gpus_unmanaged": unm.running_gpus,
+        "unmanaged_running": len(unm.running),
+        "unmanaged_pending": len(unm.pending),
+        "unmanaged_pending_gpus": unm.pending_gpus,
+        "gpus_planned": planned,
+        "planned_utilization": round(planned / capacity, 3) if capacity else None,
+        "last_solve_seconds": last["decide_seconds"] if last else None,
+        "solver_path": rec.decision.path if rec else None,
+        "mode": cluster.mode or cfg.get("mode"),
+        "policy": (rec.policy if rec else None) or cfg.get("policy"),
+        "dry_run": cluster.dry_run if cluster.dry_run is not None else cfg.get("dry_run"),
+        "round_seconds": round_length,
+        "jobs": len(live),
+        "fallback": rec.fallback if rec else None,
+        "slurm_outages": (store.get("slurm_outage") or {}).get("count", 0),
+        "warnings": warnings,
+        "quarantined": len([r for r in out if r["state"] == "QUARANTINED"]),
+        "preemptions": (store.get("preemptions") or {}).get("counts") or {},
+        "fairshare": cluster.fairshare.to_json() if cluster.fairshare else None,
+        "gpu_types": dict(rec.view.capacity) if rec and len(rec.view.capacity) > 1 else None,
+    }
     if not include_finished:
         out = [r for r in out if not r.get("finished") or r["job_id"] in decided]
     return summary, out
@@ -182,14 +255,17 @@ def fairshare_lines(fs: FairShare | dict | None) -> list[str]:
     else:
         head = "budgets from the config's [weights]"
     lines = [f"fair share: {head}{'; ' + fs.note if fs.note else ''}; GPU-time of the last {window}"]
-    lines.append(f"  {'account':<14} {'user':<14} {'shares':>6} {'share':>6} {'usage':>6} {'budget':>6} {'jobs':>5}"
-                 f"  GPU-time")
+    lines.append(
+        f"  {'account':<14} {'user':<14} {'shares':>6} {'share':>6} {'usage':>6} {'budget':>6} {'jobs':>5}  GPU-time"
+    )
     rows = [(a, None) for a in fs.accounts] + [(u, u) for u in fs.users]
     for r, user in rows:
         shares = "-" if r.raw_shares is None else str(r.raw_shares)
-        lines.append(f"  {r.account or '-':<14} {user.user if user else '':<14} {shares:>6} "
-                     f"{_f(r.share):>6} {_f(r.usage):>6} {_f(r.budget):>6} "
-                     f"{str(user.jobs) if user else '':>5}  {fmt_gpu_time(r.gpu_s)}")
+        lines.append(
+            f"  {r.account or '-':<14} {user.user if user else '':<14} {shares:>6} "
+            f"{_f(r.share):>6} {_f(r.usage):>6} {_f(r.budget):>6} "
+            f"{str(user.jobs) if user else '':>5}  {fmt_gpu_time(r.gpu_s)}"
+        )
     return lines
 
 
@@ -206,24 +282,36 @@ def explain_job(store, job_id: str) -> dict | None:
     posterior = {}
     if view is not None and not row.get("finished"):
         from solver.predictor import predict_remaining
+
         pred = predict_remaining(view)
-        posterior = {"regimes": {str(k): x for k, x in pred.regimes.items()},
-                     "alpha": {str(k): x for k, x in (pred.posterior_alpha or {}).items()}}
-    plan = dataclasses.asdict(rec.plan(view.job_id)) if view is not None else {}
+        posterior = {
+            "regimes": {str(k): x for k, x in pred.regimes.items()},
+            "alpha": {str(k): x for k, x in (pred.posterior_alpha or {}).items()},
+        }
+    plan = dataclasses.asdict(rec.plan(view.job_id)) if rec and view is not None else {}
     plan["job_id"] = job_id
     plan["path"] = rec.decision.path if rec else None
     plan["rule_text"] = RULES.get(plan.get("rule") or "", "")
     actions = store.actions(job_id=job_id, limit=20)
     history = list(view.bs_history) if view is not None else v.get("bs_history")
-    durations = ({str(k): d for k, d in view.epoch_duration_by_bs.items()} if view is not None
-                 else v.get("epoch_duration_by_bs") or {})
-    return {**row, "round": summary["round"], "snapshot_age_s": summary["snapshot_age_s"],
-            "bs_history": history if history is None or len(history) <= SHORT_HISTORY else None,
-            "epoch_duration_by_bs": durations,
-            "min_bs": view.min_batch_size if view is not None else v.get("min_bs"),
-            "max_bs": view.max_batch_size if view is not None else v.get("max_bs"), "posterior": posterior,
-            "plan": plan, "cluster_warnings": summary["warnings"],
-            "recent_actions": [{k: a[k] for k in ("round", "verb", "value", "status", "error")} for a in actions]}
+    durations = (
+        {str(k): d for k, d in view.epoch_duration_by_bs.items()}
+        if view is not None
+        else v.get("epoch_duration_by_bs") or {}
+    )
+    return {
+        **row,
+        "round": summary["round"],
+        "snapshot_age_s": summary["snapshot_age_s"],
+        "bs_history": history if history is None or len(history) <= SHORT_HISTORY else None,
+        "epoch_duration_by_bs": durations,
+        "min_bs": view.min_batch_size if view is not None else v.get("min_bs"),
+        "max_bs": view.max_batch_size if view is not None else v.get("max_bs"),
+        "posterior": posterior,
+        "plan": plan,
+        "cluster_warnings": summary["warnings"],
+        "recent_actions": [{k: a[k] for k in ("round", "verb", "value", "status", "error")} for a in actions],
+    }
 
 
 def final_reason(row: dict) -> str:

@@ -29,7 +29,6 @@ from slurm_shockwave.validation import describe, line, show
 if TYPE_CHECKING:
     from pydantic_core import InitErrorDetails
 
-    from solver.policies.base import Policy
 
 #: signals that would kill or freeze a job instead of asking it to checkpoint
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
@@ -100,7 +99,7 @@ class PolicySection(_Strict):
     def _problems(self, tables: dict[Any, Any]) -> list[dict[Any, Any]]:
         """Validate the settings given (a [policy.<name>] table or a file); their problems, located in this
         table for a ValidationError ([] when they are valid)."""
-        own = cast("type[Policy]", policy_settings.policy_class(self.name))
+        own = policy_settings.policy_class(self.name)
         mine = next((key for key in tables if key in (self.name, own.name)), None)
         others = [
             {"type": "extra_forbidden", "loc": (key,), "input": value}

@@ -14,9 +14,6 @@ from pydantic.fields import FieldInfo
 
 from slurm_shockwave.controller.config import RESTART, SECTIONS, ControllerConfig, PolicySection
 
-if typing.TYPE_CHECKING:
-    from solver.policies.base import Policy
-
 HEADER = """\
 # /etc/shockwave/config.toml: the Shockwave controller's configuration.
 # Written by `shockwave controller example-config` from slurm_shockwave/controller/config.py: every setting at
@@ -61,7 +58,7 @@ def _policy_settings(name: str) -> list[str]:
     """The default policy's settings, commented out: the [policy.<name>] table instead of policy.config."""
     from slurm_shockwave.policy_settings import policy_class
 
-    model = cast("type[Policy]", policy_class(name)).config_model
+    model = policy_class(name).config_model
     if model is None:
         return []
     out = ["", f"# [policy.{name}]", f"# the {name} policy's settings (instead of policy.config), at their defaults"]

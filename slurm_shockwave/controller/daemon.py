@@ -8,6 +8,7 @@ first, so kill -9 at any point and a restart resume without losing or repeating 
 state cannot be written (disk full, read-only remount) nothing is enacted: the round is retried with
 back-off until writes succeed again, and the controller resumes by itself.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,42 +17,65 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-from solver.policies import make_policy
-from solver.types import RULES
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from slurm_shockwave.backends.base import BackendUnavailable, backend_class
+from slurm_shockwave.controller.config import RESTART_ONLY, ConfigError, ControllerConfig, load_config
+from slurm_shockwave.controller.faults import state_dir_error
+from slurm_shockwave.controller.loop import RoundLoop
 from slurm_shockwave.errors import StartupError
 from slurm_shockwave.journal import StateStore, check_state_db, lock, state_db_error, storage_problem
 from slurm_shockwave.journal.lock import AlreadyRunning
+from slurm_shockwave.journal.record import RoundRecord
 from slurm_shockwave.strict_json import dumps
-from slurm_shockwave.controller.config import RESTART_ONLY, ConfigError, load_config
-from slurm_shockwave.controller.faults import state_dir_error
-from slurm_shockwave.controller.loop import RoundLoop
+from solver.policies import make_policy
+from solver.types import RULES
 
+if TYPE_CHECKING:
+    from slurm_shockwave.controller.metrics_server import ControllerMetrics
+    from slurm_shockwave.events.reader import EventReader
+
+_T = TypeVar("_T")
 log = logging.getLogger("slurm_shockwave.controller")
 #: a partition with no nodes / no GPUs / no usable node is warned about at the first round and every N rounds
 PARTITION_WARN_EVERY = 10
 
 
-def _gate_cost(cfg) -> float | None:
+class _EarlyStop(Protocol):  # cli/controller.py `EarlyStop`
+    signum: int | None
+
+
+def _gate_cost(cfg: ControllerConfig) -> float | None:
     """The preemption gate's default cost, on where the controller preempts (authoritative mode)."""
     return float(cfg.preemption_cost_s) if cfg.mode == "authoritative" else None
 
 
 class JsonFormatter(logging.Formatter):
-    def format(self, record):
-        d = {"ts": round(record.created, 3), "level": record.levelname, "logger": record.name,
-             "msg": record.getMessage()}
+    def format(self, record: logging.LogRecord) -> str:
+        d = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             d["exc"] = self.formatException(record.exc_info).splitlines()[-1]
         return dumps(d)
 
 
 class Controller:
-    def __init__(self, cfg, reader=None, metrics=None, clock=time.time, force_dry_run: bool = False,
-                 **backend_options):
+    def __init__(
+        self,
+        cfg: ControllerConfig,
+        reader: EventReader | None = None,
+        metrics: ControllerMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        force_dry_run: bool = False,
+        **backend_options: Any,
+    ) -> None:
         """`backend_options` go to the backend's `from_config` (e.g. a Slurm backend's `cli`)."""
         self.cfg = cfg
         self.force_dry_run = force_dry_run or False
@@ -66,7 +90,7 @@ class Controller:
         except OSError as e:
             raise state_dir_error(state_dir, e) from None
         bad = check_state_db(cfg.state_path) if Path(cfg.state_path).exists() else None
-        if bad:                                  # corrupt pages anywhere, not only in the header: refuse at start
+        if bad:  # corrupt pages anywhere, not only in the header: refuse at start
             os.close(self._lock_fd)
             raise StartupError(bad)
         try:
@@ -80,6 +104,7 @@ class Controller:
             raise state_dir_error(state_dir, e) from None
         if reader is None:
             from slurm_shockwave.events.reader import EventReader
+
             reader = EventReader(cfg.event_store)
         self.reader = reader
         self.metrics = metrics
@@ -90,31 +115,52 @@ class Controller:
                 self.policy.load_state_dict(saved)
             except Exception as e:  # noqa: BLE001 - a stale state must not stop the controller
                 log.warning("could not restore the policy state (%s: %s); starting it fresh", type(e).__name__, e)
-        self.backend = backend_class(cfg.backend).from_config(cfg, self.state, reader, metrics, clock,
-                                                              **backend_options)
-        self.loop = RoundLoop(self.backend, self.policy, on_decision=self._journal, on_round=self._after, explain=True,
-                              mode=cfg.mode, preemption_cost_s=_gate_cost(cfg))
+        self.backend = backend_class(cfg.backend).from_config(
+            cfg, self.state, reader, metrics, clock, **backend_options
+        )
+        self.loop = RoundLoop(
+            self.backend,
+            self.policy,
+            on_decision=self._journal,
+            on_round=self._after,
+            explain=True,
+            mode=cfg.mode,
+            preemption_cost_s=_gate_cost(cfg),
+        )
         self._reload_requested = False
         self._storage_down_since: float | None = None
         self._rounds_done = 0
-        self._try_write(lambda: self.state.put("config", {
-            "mode": cfg.mode, "round_seconds": cfg.round_seconds, "partition": cfg.partition, "policy": cfg.policy.name,
-            "dry_run": cfg.dry_run, "pid": os.getpid(), "started": time.time()}))
+        self._try_write(
+            lambda: self.state.put(
+                "config",
+                {
+                    "mode": cfg.mode,
+                    "round_seconds": cfg.round_seconds,
+                    "partition": cfg.partition,
+                    "policy": cfg.policy.name,
+                    "dry_run": cfg.dry_run,
+                    "pid": os.getpid(),
+                    "started": time.time(),
+                },
+            )
+        )
         if metrics:
             metrics.round_length.set(cfg.round_seconds)
             metrics.enacting.set(0 if cfg.dry_run else 1)
 
     # ------------------------------------------------------------------ lifecycle
-    def install_signal_handlers(self, early=None) -> None:
+    def install_signal_handlers(self, early: _EarlyStop | None = None) -> None:
         """SIGTERM/SIGINT: finish the round and exit; SIGHUP: reload.  `early` (cli/controller.py `EarlyStop`): a
         signal that came while starting stops the controller before its first round."""
-        def stop(signum, _frame):
+
+        def stop(signum: int, _frame: FrameType | None) -> None:
             log.info("signal %s: finishing the round, then exiting", signal.Signals(signum).name)
             self.backend.stop()
 
-        def hup(_signum, _frame):
+        def hup(_signum: int, _frame: FrameType | None) -> None:
             log.info("SIGHUP: reloading %s at the next round boundary", self.cfg.source)
             self._reload_requested = True
+
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, hup)
@@ -156,10 +202,13 @@ class Controller:
     # ------------------------------------------------------------------ faults
     def _backend_down(self, r: int, e: BackendUnavailable, backoff: float) -> None:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        self._try_write(lambda: self.state.finish_round(r, "slurm_error"))   # retried under the same number
+        self._try_write(lambda: self.state.finish_round(r, "slurm_error"))  # retried under the same number
         outage = self._try_read(lambda: self.state.get("slurm_outage", {"count": 0})) or {"count": 0}
-        self._try_write(lambda: self.state.put("slurm_outage", {"count": outage["count"] + 1, "last_error": first,
-                                                                "ts": time.time()}))
+        self._try_write(
+            lambda: self.state.put(
+                "slurm_outage", {"count": outage["count"] + 1, "last_error": first, "ts": time.time()}
+            )
+        )
         if self.metrics:
             self.metrics.slurm_failures.inc()
             self.metrics.rounds.labels("slurm_error").inc()
@@ -179,13 +228,18 @@ class Controller:
             self.metrics.enacting.set(0)
         if self._storage_down_since is None:
             self._storage_down_since = time.time()
-            log.error("round %d: the state cannot be written (%s) in %s: enacting nothing until writes succeed "
-                      "again; free space on (or remount read-write) that filesystem, the controller resumes by "
-                      "itself", r, why, self.cfg.state_dir)
+            log.error(
+                "round %d: the state cannot be written (%s) in %s: enacting nothing until writes succeed "
+                "again; free space on (or remount read-write) that filesystem, the controller resumes by "
+                "itself",
+                r,
+                why,
+                self.cfg.state_dir,
+            )
         else:
             log.warning("round %d: state still not writable (%s); retrying in %.1f s", r, why, backoff)
 
-    def _try_write(self, fn) -> bool:
+    def _try_write(self, fn: Callable[[], object]) -> bool:
         try:
             fn()
             return True
@@ -196,7 +250,7 @@ class Controller:
             log.warning("state write skipped: %s", why)
             return False
 
-    def _try_read(self, fn):
+    def _try_read(self, fn: Callable[[], _T]) -> _T | None:
         try:
             return fn()
         except sqlite3.Error:
@@ -209,8 +263,12 @@ class Controller:
         try:
             new = load_config(path)
         except ConfigError as e:
-            log.error("SIGHUP: %s has %d problem(s); keeping the running config: %s", path, len(e.problems),
-                      "; ".join(e.problems))
+            log.error(
+                "SIGHUP: %s has %d problem(s); keeping the running config: %s",
+                path,
+                len(e.problems),
+                "; ".join(e.problems),
+            )
             if self.metrics:
                 self.metrics.config_reloads.labels("rejected").inc()
             return False
@@ -229,12 +287,16 @@ class Controller:
             self.metrics.config_reloads.labels("ok").inc()
             self.metrics.round_length.set(self.cfg.round_seconds)
             self.metrics.enacting.set(0 if self.cfg.dry_run else 1)
-        log.info("SIGHUP: reloaded %s; changed: %s%s", path, ", ".join(changed) or "nothing",
-                 f"; needs a restart, running value kept: {', '.join(kept)}" if kept else "")
+        log.info(
+            "SIGHUP: reloaded %s; changed: %s%s",
+            path,
+            ", ".join(changed) or "nothing",
+            f"; needs a restart, running value kept: {', '.join(kept)}" if kept else "",
+        )
         return True
 
     # ------------------------------------------------------------------ hooks
-    def _journal(self, record) -> None:
+    def _journal(self, record: RoundRecord) -> None:
         """The round's one record, journalled before anything is enacted, with the policy's own state."""
         view = record.view
         busy = sum(j.num_gpus for j in view.jobs if j.ran_last_round)
@@ -243,14 +305,15 @@ class Controller:
             try:
                 self.state.put("policy_state", self.policy.state_dict())
             except (sqlite3.Error, OSError):
-                raise                           # state not writable: the round stops here, nothing enacted
-            except Exception:                   # the policy's state only speeds up a restart
+                raise  # state not writable: the round stops here, nothing enacted
+            except Exception:  # the policy's state only speeds up a restart
                 log.warning("policy state not saved", exc_info=True)
         if self.metrics:
             self._round_metrics(record, busy)
 
-    def _round_metrics(self, record, busy) -> None:
+    def _round_metrics(self, record: RoundRecord, busy: int) -> None:
         m, view, decision = self.metrics, record.view, record.decision
+        assert m is not None  # called only with metrics
         gpus = {j.job_id: j.num_gpus for j in view.jobs}
         m.solve_seconds.observe(record.decide_seconds)
         if record.fallback:
@@ -268,7 +331,7 @@ class Controller:
         for plan in decision.plans.values():
             if plan.rho_hat is not None and math.isfinite(plan.rho_hat):
                 m.rho_hat.observe(float(plan.rho_hat))
-        placed = {}
+        placed: dict[str, int] = {}
         for jid in decision.run:
             rule = decision.plans[jid].rule if jid in decision.plans else ""
             placed[rule or "policy"] = placed.get(rule or "policy", 0) + gpus.get(jid, 0)
@@ -280,7 +343,7 @@ class Controller:
         if self.reader is not None:
             m.set_event_counts(self.reader.accepted, dict(self.reader.rejected))
 
-    def _after(self, record) -> None:
+    def _after(self, record: RoundRecord) -> None:
         self.state.finish_round(record.round_index, "done")
         now = time.time()
         if self._storage_down_since is not None:
@@ -293,8 +356,14 @@ class Controller:
             m.enacting.set(0 if self.cfg.dry_run else 1)
             m.last_round.set(now)
             m.round_index.set(record.round_index)
-        log.info("round %d: %d active, %d planned, %.3f s to decide%s", record.round_index, len(record.view.jobs),
-                 len(record.run), record.decide_seconds, " (fallback)" if record.fallback else "")
+        log.info(
+            "round %d: %d active, %d planned, %.3f s to decide%s",
+            record.round_index,
+            len(record.view.jobs),
+            len(record.run),
+            record.decide_seconds,
+            " (fallback)" if record.fallback else "",
+        )
         if self._rounds_done % PARTITION_WARN_EVERY == 0:
             self._check_partition()
         self._rounds_done += 1

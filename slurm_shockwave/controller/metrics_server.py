@@ -8,46 +8,51 @@ round are gauges.  Alerting on a stuck or degraded controller:
         > 3 * shockwave_round_length_seconds                        # no round completed for 3 rounds
     up{job="shockwave"} == 0                                        # the process is gone (Prometheus' own)
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Mapping
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 
 
 class _EventLines:
     """Event-line counts as counters, read from the latest snapshot (set once per round by the daemon)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._accepted = 0
         self._rejected: dict[str, int] = {}
 
-    def set(self, accepted: int, rejected: dict) -> None:
+    def set(self, accepted: int, rejected: Mapping[str, int]) -> None:
         with self._lock:
             self._accepted = max(self._accepted, int(accepted))
             for reason, n in rejected.items():
                 self._rejected[str(reason)] = max(self._rejected.get(str(reason), 0), int(n))
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
             accepted, rejected = self._accepted, dict(self._rejected)
         a = CounterMetricFamily("shockwave_event_lines_accepted", "Event lines accepted since the controller started")
         a.add_metric([], accepted)
         yield a
-        r = CounterMetricFamily("shockwave_event_lines_rejected", "Event lines rejected since the controller started",
-                                labels=["reason"])
+        r = CounterMetricFamily(
+            "shockwave_event_lines_rejected", "Event lines rejected since the controller started", labels=["reason"]
+        )
         for reason, n in sorted(rejected.items()):
             r.add_metric([reason], n)
         yield r
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
 
 class ControllerMetrics:
-    def __init__(self):
+    def __init__(self) -> None:
+        # fmt: off
         r = self.registry = CollectorRegistry()
         self.rounds = Counter("shockwave_rounds", "Round attempts by outcome (done, slurm_error, state_error)",
                               ["status"], registry=r)
@@ -92,12 +97,13 @@ class ControllerMetrics:
                                 "Unix time at which the last round completed", registry=r)
         self.round_length = Gauge("shockwave_round_length_seconds", "Configured round length", registry=r)
         self.round_index = Gauge("shockwave_round", "Index of the last completed round", registry=r)
-        self.server = None
+        # fmt: on
+        self.server: WSGIServer | None = None
 
-    def set_event_counts(self, accepted: int, rejected: dict) -> None:
+    def set_event_counts(self, accepted: int, rejected: Mapping[str, int]) -> None:
         self.event_lines.set(accepted, rejected)
 
-    def serve(self, port: int, addr: str = "127.0.0.1"):
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Listen on addr:port (raises OSError, e.g. EADDRINUSE); returns the bound port."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         self.server = server

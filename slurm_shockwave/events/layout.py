@@ -12,6 +12,7 @@ Shared by the package (events/schema.py, store.py, reader.py) and the Slurm prol
 (prolog_epilog/shockwave_hook.py), which loads this file by path, from a copy next to it or from the source
 checkout: so it is standard library only and imports nothing of the package.
 """
+
 import json
 
 SCHEMA_VERSION = 1
@@ -70,8 +71,7 @@ def system_file_name(job_id: str) -> str:
 
 def encode_line(record) -> bytes:
     """JSON-encode one record as a single newline-terminated line (<= MAX_LINE_BYTES)."""
-    data = (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-            + "\n").encode("ascii")
+    data = (json.dumps(record, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
     if len(data) > MAX_LINE_BYTES:
         raise ValueError(f"event line is {len(data)} bytes, over the {MAX_LINE_BYTES}-byte cap")
     return data

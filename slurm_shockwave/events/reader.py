@@ -4,17 +4,25 @@ Never raises on file *content*: every bad line is counted in ``rejected`` (a Cou
 reasons) and listed per job as ``(line_no, reason)``.  Only complete lines are consumed;
 a torn last line (no newline yet) is left for the next call.
 """
+
 from __future__ import annotations
 
 import os
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from slurm_shockwave.events.layout import EVENTS_NAME, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR, system_file_name
-from slurm_shockwave.events.schema import (MAX_FUTURE_S, MAX_LINE_BYTES, SYSTEM_KINDS, Event, decode_line,
-                     is_valid_job_id)
+from slurm_shockwave.events.schema import (
+    MAX_FUTURE_S,
+    MAX_LINE_BYTES,
+    SYSTEM_KINDS,
+    Event,
+    decode_line,
+    is_valid_job_id,
+)
 from slurm_shockwave.events.store import FileRejected, job_file_candidates, list_job_ids, open_for_read
 
 #: Per-job cap on remembered rejected lines (the counter keeps counting).
@@ -58,50 +66,66 @@ class EventReader:
     * symlinks, non-regular and hard-linked files are rejected (reason per file).
     """
 
-    def __init__(self, root: str | os.PathLike, *, system_uids: Iterable[int] = (0,),
-                 max_future_s: float = MAX_FUTURE_S, clock: Callable[[], float] = time.time,
-                 max_read_per_poll: int = MAX_READ_PER_POLL):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        system_uids: Iterable[int] = (0,),
+        max_future_s: float = MAX_FUTURE_S,
+        clock: Callable[[], float] = time.time,
+        max_read_per_poll: int = MAX_READ_PER_POLL,
+    ):
         self.root = os.fspath(root)
         self.system_uids = frozenset(int(u) for u in system_uids)
         self.max_future_s = float(max_future_s)
         self.clock = clock
         self.max_read_per_poll = max(int(max_read_per_poll), MAX_LINE_BYTES)
         self.rejected: Counter[str] = Counter()
-        self.accepted = 0          # lines accepted by poll() since this reader was made (metrics)
+        self.accepted = 0  # lines accepted by poll() since this reader was made (metrics)
         self.rejected_lines: dict[str, list[tuple[int, str]]] = {}
         self._state: dict[str, _FileState] = {}
-        self._job_keys: dict[str, set[str]] = {}      # job id -> its keys in _state (O(1) export/forget)
+        self._job_keys: dict[str, set[str]] = {}  # job id -> its keys in _state (O(1) export/forget)
         self._file_rejects: dict[str, str] = {}
 
     # ----------------------------------------------------------------- offsets
     def export_offsets(self, job_ids: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
         """JSON-serialisable per-file state (keys like ``users/1001/123/events.jsonl``), of every
         file or only of ``job_ids``'s files."""
-        keys = (list(self._state) if job_ids is None else
-                [k for j in job_ids for k in self._job_keys.get(str(j), ()) if k in self._state])
-        return {k: {"offset": s.offset, "line_no": s.line_no, "skip": int(s.skip),
-                    "ino": s.ino, "dev": s.dev} for k in keys for s in (self._state[k],)}
+        keys = (
+            list(self._state)
+            if job_ids is None
+            else [k for j in job_ids for k in self._job_keys.get(str(j), ()) if k in self._state]
+        )
+        return {
+            k: {"offset": s.offset, "line_no": s.line_no, "skip": int(s.skip), "ino": s.ino, "dev": s.dev}
+            for k in keys
+            for s in (self._state[k],)
+        }
 
     def import_offsets(self, data: Mapping[str, Any]) -> None:
         """Restore state saved by :meth:`export_offsets`; malformed entries are ignored."""
         if not isinstance(data, Mapping):
             return
         for key, val in data.items():
-            if not (isinstance(key, str) and isinstance(val, Mapping) and _key_ok(key)):
+            job = _key_job(key) if isinstance(key, str) else None
+            if job is None or not isinstance(val, Mapping):
                 continue
             try:
-                st = _FileState(int(val.get("offset", 0)), int(val.get("line_no", 0)),
-                                bool(val.get("skip", 0)), int(val.get("ino", 0)),
-                                int(val.get("dev", 0)))
+                st = _FileState(
+                    int(val.get("offset", 0)),
+                    int(val.get("line_no", 0)),
+                    bool(val.get("skip", 0)),
+                    int(val.get("ino", 0)),
+                    int(val.get("dev", 0)),
+                )
             except (TypeError, ValueError):
                 continue
             if st.offset >= 0 and st.line_no >= 0:
                 self._state[key] = st
-                self._job_keys.setdefault(_key_job(key), set()).add(key)
+                self._job_keys.setdefault(job, set()).add(key)
 
     # ------------------------------------------------------------------ public
-    def poll(self, jobs: Mapping[str, int | None] | Iterable[str] | None = None
-             ) -> dict[str, list[Event]]:
+    def poll(self, jobs: Mapping[str, int | None] | Iterable[str] | None = None) -> dict[str, list[Event]]:
         """New accepted events since the last call, per job id (time-ordered).
 
         ``jobs`` maps job id -> expected uid (the job's Slurm user); an iterable of ids or
@@ -132,14 +156,12 @@ class EventReader:
             res.rejected.append(("?", 0, "bad_job_id"))
             return res
         for system in (False, True):
-            res.events += self._read_file(job_id, system, expected_uid, incremental=False,
-                                          sink=res.rejected)
+            res.events += self._read_file(job_id, system, expected_uid, incremental=False, sink=res.rejected)
         res.events.sort(key=lambda e: e.ts)
         return res
 
     # ---------------------------------------------------------------- internals
-    def _reject(self, job_id: str, fname: str, line_no: int, reason: str,
-                sink: list | None = None) -> None:
+    def _reject(self, job_id: str, fname: str, line_no: int, reason: str, sink: list | None = None) -> None:
         if sink is not None:  # read_job(): report to the caller only
             if len(sink) < MAX_FILE_BYTES // 64:
                 sink.append((fname, line_no, reason))
@@ -162,13 +184,15 @@ class EventReader:
             uid = cands[0]
         key = f"{USERS_DIR}/{uid}/{job_id}/{EVENTS_NAME}"
         kw = {"uid": uid, "allowed_uids": frozenset({uid})}
-        if not os.path.lexists(os.path.join(self.root, USERS_DIR, str(uid), job_id)) and \
-                os.path.lexists(os.path.join(self.root, job_id)):
+        if not os.path.lexists(os.path.join(self.root, USERS_DIR, str(uid), job_id)) and os.path.lexists(
+            os.path.join(self.root, job_id)
+        ):
             return f"{job_id}/{EVENTS_NAME}", {"legacy": True, "allowed_uids": frozenset({uid})}
         return key, kw
 
-    def _read_file(self, job_id: str, system: bool, uid: int | None, *, incremental: bool,
-                   sink: list | None = None) -> list[Event]:
+    def _read_file(
+        self, job_id: str, system: bool, uid: int | None, *, incremental: bool, sink: list | None = None
+    ) -> list[Event]:
         key, kw = self._target(job_id, system, uid)
         try:
             if isinstance(kw, str):
@@ -211,12 +235,12 @@ class EventReader:
                 self._state.pop(key, None)
                 self._file_rejects.pop(key, None)
             for system in (True, False):
-                self._file_rejects.pop(f"{SYSTEM_DIR}/{system_file_name(j)}" if system else f"{j}/{EVENTS_NAME}",
-                                       None)
+                self._file_rejects.pop(f"{SYSTEM_DIR}/{system_file_name(j)}" if system else f"{j}/{EVENTS_NAME}", None)
             self.rejected_lines.pop(j, None)
 
-    def _scan(self, fd: int, job_id: str, key: str, system: bool, state: _FileState,
-              budget: int, sink: list | None) -> list[Event]:
+    def _scan(
+        self, fd: int, job_id: str, key: str, system: bool, state: _FileState, budget: int, sink: list | None
+    ) -> list[Event]:
         """Consume complete lines from ``state.offset`` on (at most ``budget`` bytes)."""
         events: list[Event] = []
         now = self.clock()
@@ -245,8 +269,7 @@ class EventReader:
                 ev, reason = decode_line(line, job_id, now=now, max_future_s=self.max_future_s)
                 if ev is not None:
                     if (ev.kind in SYSTEM_KINDS) != system:
-                        reason = ("job_kind_in_system_file" if system
-                                  else "system_kind_in_job_file")
+                        reason = "job_kind_in_system_file" if system else "system_kind_in_job_file"
                     else:
                         events.append(_with_origin(ev, system, state.line_no))
                         continue
@@ -279,16 +302,18 @@ def _key_job(key: str) -> str | None:
     ``_system/<job>.jsonl``), or None if the key is malformed."""
     parts = key.split("/")
     if len(parts) == 2 and parts[0] == SYSTEM_DIR and parts[1].endswith(SYSTEM_SUFFIX):
-        job = parts[1][:-len(SYSTEM_SUFFIX)]
+        job = parts[1][: -len(SYSTEM_SUFFIX)]
     elif len(parts) == 2 and parts[1] == EVENTS_NAME:
         job = parts[0]
-    elif (len(parts) == 4 and parts[0] == USERS_DIR and parts[1].isascii() and parts[1].isdigit()
-          and len(parts[1]) <= 10 and parts[3] == EVENTS_NAME):
+    elif (
+        len(parts) == 4
+        and parts[0] == USERS_DIR
+        and parts[1].isascii()
+        and parts[1].isdigit()
+        and len(parts[1]) <= 10
+        and parts[3] == EVENTS_NAME
+    ):
         job = parts[2]
     else:
         return None
     return job if is_valid_job_id(job) else None
-
-
-def _key_ok(key: str) -> bool:
-    return _key_job(key) is not None

@@ -3,17 +3,25 @@
 The schema is documented in ``docs/event-schema.md``.  This module is pure: no I/O.
 ``validate()`` never raises on content; it returns ``(event, None)`` or ``(None, reason)``.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, TypeGuard
 
-from slurm_shockwave.events.layout import (FIELD_SPECS, LOCAL_JOB_ID, MAX_LINE_BYTES, SCHEMA_VERSION, SLURM_JOB_ID,  # noqa: F401
-                     encode_line)
+from slurm_shockwave.events.layout import (
+    FIELD_SPECS,
+    LOCAL_JOB_ID,
+    MAX_LINE_BYTES,
+    SCHEMA_VERSION,
+    SLURM_JOB_ID,
+)
+from slurm_shockwave.events.layout import encode_line as encode_line  # re-exported: the line format is the schema's
 
 #: Timestamps further than this in the future (s) are rejected (clock skew allowance).
 MAX_FUTURE_S = 300.0
@@ -31,7 +39,7 @@ class JobIdError(ValueError):
     """Raised by :func:`check_job_id` for ids that are not Slurm job ids."""
 
 
-def is_valid_job_id(job_id: object) -> bool:
+def is_valid_job_id(job_id: object) -> TypeGuard[str]:
     """Slurm job id (``123``, array form ``123_4``) or a local id (``local-<digits>``)."""
     return isinstance(job_id, str) and _JOB_ID_RE.match(job_id) is not None
 
@@ -42,7 +50,7 @@ def check_job_id(job_id: object) -> str:
     if not is_valid_job_id(s):
         shown = repr(job_id)[:60]
         raise JobIdError(f"invalid job id {shown}: expected digits, digits_digits or local-digits")
-    return s  # type: ignore[return-value]
+    return s
 
 
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -96,8 +104,7 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form (schema fields only, ``None`` omitted)."""
-        out: dict[str, Any] = {"v": self.v, "kind": self.kind, "job": self.job, "ts": self.ts,
-                               "restart": self.restart}
+        out: dict[str, Any] = {"v": self.v, "kind": self.kind, "job": self.job, "ts": self.ts, "restart": self.restart}
         for name in FIELD_SPECS:
             val = getattr(self, name)
             if val is not None and name not in out:
@@ -119,9 +126,12 @@ def _check_field(name: str, val: object) -> str | None:
         return None
     if isinstance(val, bool) or not isinstance(val, (int, float)):
         return f"bad_type:{name}"
-    if typ == "int" and not isinstance(val, int):
-        if not (isinstance(val, float) and math.isfinite(val) and val.is_integer()):
-            return f"bad_type:{name}"
+    if (
+        typ == "int"
+        and not isinstance(val, int)
+        and not (isinstance(val, float) and math.isfinite(val) and val.is_integer())
+    ):
+        return f"bad_type:{name}"
     if isinstance(val, float) and not math.isfinite(val):
         return f"non_finite:{name}"
     if not (lo <= val <= hi):
@@ -129,8 +139,9 @@ def _check_field(name: str, val: object) -> str | None:
     return None
 
 
-def validate(obj: object, expected_job: str | None = None, *, now: float | None = None,
-             max_future_s: float = MAX_FUTURE_S) -> tuple[Event | None, str | None]:
+def validate(
+    obj: object, expected_job: str | None = None, *, now: float | None = None, max_future_s: float = MAX_FUTURE_S
+) -> tuple[Event | None, str | None]:
     """Check one decoded JSON value against schema v1.
 
     Returns ``(Event, None)`` if accepted, ``(None, reason)`` otherwise.  Never raises.
@@ -138,12 +149,13 @@ def validate(obj: object, expected_job: str | None = None, *, now: float | None 
     """
     try:
         return _validate(obj, expected_job, now, max_future_s)
-    except Exception as exc:  # pragma: no cover - defensive: content must never crash us
-        return None, f"internal_error:{type(exc).__name__}"
+    except Exception as exc:  # noqa: BLE001  # pragma: no cover - content never crashes us
+        return None, f"internal_error:{type(exc).__name__}"  # a reason: the reader records it, per job
 
 
-def _validate(obj: object, expected_job: str | None, now: float | None,
-              max_future_s: float) -> tuple[Event | None, str | None]:
+def _validate(
+    obj: object, expected_job: str | None, now: float | None, max_future_s: float
+) -> tuple[Event | None, str | None]:
     if not isinstance(obj, dict):
         return None, "not_object"
     if len(obj) > _MAX_KEYS:
@@ -195,14 +207,14 @@ def _cross_checks(kw: Mapping[str, Any]) -> str | None:
     ep, tot = kw.get("epoch"), kw.get("total_epochs")
     if ep is not None and tot is not None and ep >= tot:
         return "inconsistent:epoch_ge_total_epochs"
-    if kw.get("throughput") is not None and (kw.get("throughput_bs") is None
-                                            or kw.get("throughput_gpus") is None):
+    if kw.get("throughput") is not None and (kw.get("throughput_bs") is None or kw.get("throughput_gpus") is None):
         return "inconsistent:throughput_untagged"
     return None
 
 
-def decode_line(raw: bytes, expected_job: str | None = None, *, now: float | None = None,
-                max_future_s: float = MAX_FUTURE_S) -> tuple[Event | None, str | None]:
+def decode_line(
+    raw: bytes, expected_job: str | None = None, *, now: float | None = None, max_future_s: float = MAX_FUTURE_S
+) -> tuple[Event | None, str | None]:
     """Decode one line (without its newline).  Never raises."""
     if len(raw) + 1 > MAX_LINE_BYTES:
         return None, "oversized"
@@ -212,16 +224,20 @@ def decode_line(raw: bytes, expected_job: str | None = None, *, now: float | Non
         return None, "bad_utf8"
     try:
         obj = json.loads(text)
-    except Exception:  # ValueError, RecursionError, ...
+    except Exception:  # noqa: BLE001  ValueError, RecursionError, ...: the reader records the reason
         return None, "bad_json"
     return validate(obj, expected_job, now=now, max_future_s=max_future_s)
 
 
-def make_record(kind: str, job: str, restart: int = 0, ts: float | None = None,
-                **fields_: Any) -> dict[str, Any]:
+def make_record(kind: str, job: str, restart: int = 0, ts: float | None = None, **fields_: Any) -> dict[str, Any]:
     """Build a wire record (dict) and validate it; raises ``ValueError`` if it is invalid."""
-    rec: dict[str, Any] = {"v": SCHEMA_VERSION, "kind": kind, "job": job,
-                           "ts": round(time.time() if ts is None else ts, 6), "restart": restart}
+    rec: dict[str, Any] = {
+        "v": SCHEMA_VERSION,
+        "kind": kind,
+        "job": job,
+        "ts": round(time.time() if ts is None else ts, 6),
+        "restart": restart,
+    }
     for k, val in fields_.items():
         if val is None:
             continue

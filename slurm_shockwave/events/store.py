@@ -6,15 +6,25 @@ A private store (the root owned by the user, e.g. the default ``~/.local/state/s
 set up by the user's own wrapper.  ``<root>/<jobid>/events.jsonl`` (the v0 layout, in a 1777 root) is
 still *read* when the new path is absent, never written.
 """
+
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 from pathlib import Path
 
-from slurm_shockwave.events.layout import (DIR_MODE, EVENTS_NAME, FILE_MODE, SYSTEM_DIR, SYSTEM_SUFFIX, USERS_DIR,
-                     WRITABLE_BY_OTHERS, system_file_name)
+from slurm_shockwave.events.layout import (
+    DIR_MODE,
+    EVENTS_NAME,
+    FILE_MODE,
+    SYSTEM_DIR,
+    SYSTEM_SUFFIX,
+    USERS_DIR,
+    WRITABLE_BY_OTHERS,
+    system_file_name,
+)
 from slurm_shockwave.events.schema import check_job_id, is_valid_job_id
 
 
@@ -26,24 +36,24 @@ class FileRejected(Exception):
         self.reason = reason
 
 
-def user_dir(root: str | os.PathLike, uid: int) -> Path:
+def user_dir(root: str | os.PathLike[str], uid: int) -> Path:
     """``<root>/users/<uid>``: the directory only ``uid`` may create job directories in."""
     return Path(root) / USERS_DIR / str(int(uid))
 
 
-def job_event_path(root: str | os.PathLike, job_id: str, uid: int | None = None) -> Path:
+def job_event_path(root: str | os.PathLike[str], job_id: str, uid: int | None = None) -> Path:
     """Path of the job's own event file (job id validated: no traversal); ``uid``: the job's
     user (default: the current effective uid)."""
     uid = os.geteuid() if uid is None else int(uid)
     return user_dir(root, uid) / check_job_id(job_id) / EVENTS_NAME
 
 
-def legacy_event_path(root: str | os.PathLike, job_id: str) -> Path:
+def legacy_event_path(root: str | os.PathLike[str], job_id: str) -> Path:
     """The v0 path ``<root>/<jobid>/events.jsonl`` (read only, when the new path is absent)."""
     return Path(root) / check_job_id(job_id) / EVENTS_NAME
 
 
-def system_event_path(root: str | os.PathLike, job_id: str) -> Path:
+def system_event_path(root: str | os.PathLike[str], job_id: str) -> Path:
     """Path of the hooks' event file for ``job_id``."""
     return Path(root) / SYSTEM_DIR / system_file_name(check_job_id(job_id))
 
@@ -60,7 +70,7 @@ def _check_dir(d: Path, owners: tuple[int, ...], what: str) -> None:
         raise FileRejected("writable_by_others", f"{what} {d} has mode {stat.S_IMODE(st.st_mode):o}")
 
 
-def provision_user_dir(root: str | os.PathLike, uid: int, gid: int | None = None) -> Path:
+def provision_user_dir(root: str | os.PathLike[str], uid: int, gid: int | None = None) -> Path:
     """As root (the prolog hook, an admin, the demo): create ``<root>/users/<uid>`` owned by ``uid``.
 
     Idempotent.  Refuses (``FileRejected``) a ``users`` or user directory that is a symlink, not owned
@@ -68,10 +78,8 @@ def provision_user_dir(root: str | os.PathLike, uid: int, gid: int | None = None
     """
     root, uid = Path(root), int(uid)
     users = root / USERS_DIR
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(users, DIR_MODE)
-    except FileExistsError:
-        pass
     _check_dir(users, (0, os.geteuid()), "users directory")
     d = users / str(uid)
     try:
@@ -84,7 +92,7 @@ def provision_user_dir(root: str | os.PathLike, uid: int, gid: int | None = None
     return d
 
 
-def ensure_user_dir(root: str | os.PathLike, uid: int | None = None) -> Path:
+def ensure_user_dir(root: str | os.PathLike[str], uid: int | None = None) -> Path:
     """``<root>/users/<uid>`` for the current user, checked; created only where that is safe.
 
     It is created when running as root, or when the store root itself belongs to the current user (a
@@ -104,14 +112,17 @@ def ensure_user_dir(root: str | os.PathLike, uid: int | None = None) -> Path:
             owns_root = True
         if me == 0 or (owns_root and uid == me):
             return provision_user_dir(root, uid)
-        raise FileRejected("no_user_dir", f"{d} does not exist: in a shared store it is created by root "
-                           "(the Slurm prolog hook of prolog_epilog/ at job start, or the admin)")
+        raise FileRejected(
+            "no_user_dir",
+            f"{d} does not exist: in a shared store it is created by root "
+            "(the Slurm prolog hook of prolog_epilog/ at job start, or the admin)",
+        )
     _check_dir(root / USERS_DIR, (0, uid), "users directory")
     _check_dir(d, (uid,), "user directory")
     return d
 
 
-def ensure_job_dir(root: str | os.PathLike, job_id: str) -> Path:
+def ensure_job_dir(root: str | os.PathLike[str], job_id: str) -> Path:
     """Create ``<root>/users/<uid>/<jobid>/`` (mode 0755) for the current user and return its path.
 
     Refuses (``FileRejected``) if the user directory is missing in a shared store (see
@@ -119,10 +130,8 @@ def ensure_job_dir(root: str | os.PathLike, job_id: str) -> Path:
     owned by somebody else.
     """
     d = ensure_user_dir(root) / check_job_id(job_id)
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(d, DIR_MODE)
-    except FileExistsError:
-        pass
     st = os.lstat(d)
     if stat.S_ISLNK(st.st_mode):
         raise FileRejected("symlink", str(d))
@@ -133,7 +142,7 @@ def ensure_job_dir(root: str | os.PathLike, job_id: str) -> Path:
     return d
 
 
-def open_append(path: str | os.PathLike) -> int:
+def open_append(path: str | os.PathLike[str]) -> int:
     """Open an event file for appending: O_APPEND|O_CREAT|O_NOFOLLOW, mode 0644.
 
     Raises ``FileRejected`` if the path is a symlink or not a regular file.
@@ -162,16 +171,20 @@ def write_line(fd: int, data: bytes) -> None:
     """
     n = os.write(fd, data)
     if n != len(data):
-        try:
+        with contextlib.suppress(OSError):
             os.write(fd, b"\n")
-        except OSError:
-            pass
         raise OSError(errno.EIO, f"short write: {n} of {len(data)} bytes")
 
 
-def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
-                  allowed_uids: frozenset[int] | None = None, uid: int | None = None,
-                  legacy: bool = False) -> tuple[int, os.stat_result]:
+def open_for_read(
+    root: str | os.PathLike[str],
+    job_id: str,
+    *,
+    system: bool = False,
+    allowed_uids: frozenset[int] | None = None,
+    uid: int | None = None,
+    legacy: bool = False,
+) -> tuple[int, os.stat_result]:
     """Open one event file read-only with every check applied.  Returns ``(fd, stat)``.
 
     * job id validated, the file is reached via directory fds (no path traversal),
@@ -185,6 +198,7 @@ def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
     Raises ``FileNotFoundError`` if absent, ``FileRejected`` on a failed check.
     """
     job_id = check_job_id(job_id)
+    comps: list[tuple[str, tuple[int, ...] | None]]
     if system:
         comps, name = [(SYSTEM_DIR, None)], system_file_name(job_id)
     elif legacy or uid is None:
@@ -216,8 +230,7 @@ def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
                 if st.st_mode & WRITABLE_BY_OTHERS:
                     raise FileRejected("writable_by_others", shown)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise FileRejected("symlink", f"{shown}/{name}") from None
@@ -237,22 +250,26 @@ def open_for_read(root: str | os.PathLike, job_id: str, *, system: bool = False,
         os.close(dir_fd)
 
 
-def job_file_candidates(root: str | os.PathLike, job_id: str) -> list[int]:
+def job_file_candidates(root: str | os.PathLike[str], job_id: str) -> list[int]:
     """uids ``u`` with a ``users/<u>/<jobid>/`` directory (for readers that do not know the job's user)."""
     job_id = check_job_id(job_id)
     out = []
     try:
         with os.scandir(Path(root) / USERS_DIR) as it:
             for e in it:
-                if e.name.isascii() and e.name.isdigit() and len(e.name) <= 10 \
-                        and os.path.isdir(os.path.join(e.path, job_id)):
+                if (
+                    e.name.isascii()
+                    and e.name.isdigit()
+                    and len(e.name) <= 10
+                    and os.path.isdir(os.path.join(e.path, job_id))
+                ):
                     out.append(int(e.name))
     except OSError:
         pass
     return sorted(out)
 
 
-def list_job_ids(root: str | os.PathLike) -> list[str]:
+def list_job_ids(root: str | os.PathLike[str]) -> list[str]:
     """Valid job ids that have a job directory (either layout) or a system file under ``root``."""
     ids: set[str] = set()
     try:
@@ -273,7 +290,7 @@ def list_job_ids(root: str | os.PathLike) -> list[str]:
     try:
         with os.scandir(Path(root) / SYSTEM_DIR) as it:
             for e in it:
-                job = e.name[:-len(SYSTEM_SUFFIX)]
+                job = e.name[: -len(SYSTEM_SUFFIX)]
                 if e.name == system_file_name(job) and is_valid_job_id(job):
                     ids.add(job)
     except OSError:
@@ -281,7 +298,7 @@ def list_job_ids(root: str | os.PathLike) -> list[str]:
     return sorted(ids)
 
 
-def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) -> list[str]:
+def check_store(root: str | os.PathLike[str], system_uids: tuple[int, ...] = (0,)) -> list[str]:
     """Problems of a shared store's layout and modes (docs/event-schema.md), one line each; [] if fine."""
     root = Path(root)
     try:
@@ -294,8 +311,10 @@ def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) ->
         return [f"event store {root} is not a directory"]
     problems = []
     if st.st_mode & WRITABLE_BY_OTHERS:
-        problems.append(f"event store {root} has mode {stat.S_IMODE(st.st_mode):o}: writable by others, so a user "
-                        "could claim paths another user's job needs; make it 0755 owned by root")
+        problems.append(
+            f"event store {root} has mode {stat.S_IMODE(st.st_mode):o}: writable by others, so a user "
+            "could claim paths another user's job needs; make it 0755 owned by root"
+        )
     if st.st_uid not in system_uids:
         problems.append(f"event store {root} is owned by uid {st.st_uid}, not root")
     for name, what in ((SYSTEM_DIR, "hook events"), (USERS_DIR, "per-user directories")):
@@ -309,6 +328,8 @@ def check_store(root: str | os.PathLike, system_uids: tuple[int, ...] = (0,)) ->
         if not stat.S_ISDIR(dst.st_mode):
             problems.append(f"{d} ({what}) is not a directory")
         elif dst.st_uid not in system_uids or dst.st_mode & WRITABLE_BY_OTHERS:
-            problems.append(f"{d} ({what}) must be 0755 owned by root/SlurmUser (owner {dst.st_uid}, mode "
-                            f"{stat.S_IMODE(dst.st_mode):o})")
+            problems.append(
+                f"{d} ({what}) must be 0755 owned by root/SlurmUser (owner {dst.st_uid}, mode "
+                f"{stat.S_IMODE(dst.st_mode):o})"
+            )
     return problems

@@ -20,116 +20,51 @@ start to its first epoch end, less that epoch's own duration: process start, che
 
 ``summarize(events)`` folds a list at once (any order) with the same rules.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from slurm_shockwave.events.progress import JobProgress as JobProgress  # re-exported: what summarize gives
 from slurm_shockwave.events.schema import Event
 
 MAX_RUNS = 2048
 MAX_BATCH_SIZES = 64
-MAX_EPOCHS = 1_000_000          # the hint validator's bound on epochs=
-MAX_EPOCH_JUMP = 10_000         # an epoch index may skip at most this many unreported epochs
+MAX_EPOCHS = 1_000_000  # the hint validator's bound on epochs=
+MAX_EPOCH_JUMP = 10_000  # an epoch index may skip at most this many unreported epochs
 #: the wrapper's `signal` event of a checkpoint request (wrapper/cli.py) starts a preemption's cost
 CHECKPOINT_REQUEST = "checkpoint request"
 _LAST_FIELDS = ("total_epochs", "samples_per_epoch", "min_batch_size", "max_batch_size", "gpus")
 #: hint key of the job comment -> JobProgress field it describes (the job's own report overrides the hint)
-HINT_FIELDS = {"epochs": "total_epochs", "bs": "batch_size", "min_bs": "min_batch_size",
-               "max_bs": "max_batch_size", "samples": "samples_per_epoch"}
-
-
-@dataclass(frozen=True)
-class JobProgress:
-    """What the events say about one job.  All fields are plain values (no I/O).
-
-    ``epochs_done`` is the highest completed epoch index + 1 (``epoch_end`` carries the 0-based index of the
-    epoch that just ended; an epoch redone after a restart counts once).  ``bs_runs`` is the batch size of each
-    completed epoch, run-length encoded; ``bs_per_epoch`` expands it (the latest report of an epoch wins, an
-    epoch never reported takes the batch size of the previous one).  ``finished``: the last ``exit`` has code 0,
-    follows the last start/requeue, and either ``epochs_done >= total_epochs`` or, with no total known, it was
-    not a preemption exit.  ``ended_early``: the job's last run ended (exit after the last start) with fewer
-    epochs than its total and was not requeued: the controller shows "ended early: 2/12 epochs".
-    """
-
-    job_id: str | None = None
-    epochs_done: int = 0
-    total_epochs: int | None = None
-    batch_size: int | None = None
-    bs_runs: tuple[tuple[int, int], ...] = ()
-    epoch_duration_by_bs: dict[int, float] = field(default_factory=dict)
-    epochs_by_bs: dict[int, int] = field(default_factory=dict)
-    samples_per_epoch: int | None = None
-    last_throughput: float | None = None
-    last_throughput_bs: int | None = None
-    last_throughput_gpus: int | None = None
-    gpus: int | None = None
-    restarts: int = 0
-    min_batch_size: int | None = None
-    max_batch_size: int | None = None
-    finished: bool = False
-    exit_code: int | None = None
-    exit_reason: str | None = None
-    last_gns: float | None = None
-    last_checkpoint_path: str | None = None
-    last_checkpoint_ts: float | None = None
-    last_event_ts: float | None = None
-    started: bool = False
-    running: bool = False
-    requeued_after_exit: bool = False
-    peak_mem_bytes: int | None = None
-    ignored: int = 0
-    history_truncated: bool = False
-    # comment hint -> {"hint": value in --comment, "reported": value the job reported}; the report wins
-    hint_conflicts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    preempt_cost_s: float | None = None          # mean measured cost of its preemptions (module docstring)
-    preemptions_measured: int = 0
-    start_restart: int = -1                      # the latest run whose wrapper reported its start (handlers up)
-
-    @cached_property
-    def bs_per_epoch(self) -> tuple[int, ...]:
-        """Batch size of each completed epoch (expanded once from ``bs_runs``; at most the job's total)."""
-        out: list[int] = []
-        for b, n in self.bs_runs:
-            out += [b] * n
-        return tuple(out)
-
-    @property
-    def remaining_epochs(self) -> int | None:
-        if self.total_epochs is None:
-            return None
-        return max(0, self.total_epochs - self.epochs_done)
-
-    @property
-    def ended_early(self) -> bool:
-        return (self.exit_code is not None and not self.running and not self.finished
-                and not self.requeued_after_exit and self.total_epochs is not None
-                and self.epochs_done < self.total_epochs)
-
-    def busy_seconds(self, default_s: float) -> float:
-        """Sum of the mean epoch duration of every completed epoch's batch size (no expansion)."""
-        d = self.epoch_duration_by_bs
-        return float(sum(d.get(b, default_s) * n for b, n in self.bs_runs))
+HINT_FIELDS = {
+    "epochs": "total_epochs",
+    "bs": "batch_size",
+    "min_bs": "min_batch_size",
+    "max_bs": "max_batch_size",
+    "samples": "samples_per_epoch",
+}
 
 
 class ProgressState:
     """Incremental, bounded fold of one job's events (see the module docstring)."""
 
-    __slots__ = ("job_id", "declared", "v", "runs", "dur", "epochs_done", "bs", "bs_ts", "ts", "exit",
-                 "ignored", "truncated", "pre")
+    # fmt: off
+    __slots__ = ("bs", "bs_ts", "declared", "dur", "epochs_done", "exit", "ignored", "job_id", "pre", "runs",
+                 "truncated", "ts", "v")
+    # fmt: on
 
     def __init__(self, job_id: str | None = None, declared: Mapping[str, Any] | None = None):
         self.job_id = job_id
         self.declared: dict[str, Any] = {k: v for k, v in (declared or {}).items() if k in HINT_FIELDS}
         self.v: dict[str, Any] = {"restarts": 0}
-        self.runs: list[list[int]] = []            # [[bs, epochs], ...] for epochs 0..epochs_done-1
-        self.dur: dict[int, list[float]] = {}      # bs -> [sum of timed duration_s, epochs, epochs timed]
+        self.runs: list[list[int]] = []  # [[bs, epochs], ...] for epochs 0..epochs_done-1
+        self.dur: dict[int, list[float]] = {}  # bs -> [sum of timed duration_s, epochs, epochs timed]
         self.epochs_done = 0
         self.bs: int | None = None
         self.bs_ts = -1.0
         # timestamps: last event, last (prolog_)start, last end of a run, last requeue, last exit
-        self.ts = {"last": None, "start": -1.0, "end": -1.0, "requeue": -1.0, "exit": -1.0}
+        self.ts: dict[str, Any] = {"last": None, "start": -1.0, "end": -1.0, "requeue": -1.0, "exit": -1.0}
         self.exit: dict[str, Any] = {}
         self.ignored = 0
         self.truncated = False
@@ -170,8 +105,9 @@ class ProgressState:
         if e.gns is not None:
             v["last_gns"] = e.gns
         if e.throughput is not None:
-            v.update(last_throughput=e.throughput, last_throughput_bs=e.throughput_bs,
-                     last_throughput_gpus=e.throughput_gpus)
+            v.update(
+                last_throughput=e.throughput, last_throughput_bs=e.throughput_bs, last_throughput_gpus=e.throughput_gpus
+            )
         if e.kind in ("start", "prolog_start"):
             ts["start"] = max(ts["start"], e.ts)
             if e.kind == "start" and e.batch_size is not None:
@@ -179,8 +115,11 @@ class ProgressState:
         elif e.kind == "epoch_end":
             self._set_bs(e)
             if e.throughput is None and e.samples and e.duration_s and not resumed:
-                v.update(last_throughput=e.samples / e.duration_s, last_throughput_bs=e.batch_size,
-                         last_throughput_gpus=e.gpus)
+                v.update(
+                    last_throughput=e.samples / e.duration_s,
+                    last_throughput_bs=e.batch_size,
+                    last_throughput_gpus=e.gpus,
+                )
         elif e.kind == "batch_size_change":
             self._set_bs(e)
         elif e.kind == "checkpoint":
@@ -226,6 +165,7 @@ class ProgressState:
 
     def _epoch(self, e: Event, resumed: bool = False) -> bool:
         """Record one epoch_end (`resumed`: counted, not timed); False if it is out of bounds (ignored)."""
+        assert e.epoch is not None and e.batch_size is not None and e.duration_s is not None  # schema.REQUIRED
         n, bs = int(e.epoch), int(e.batch_size)
         limit = min(int(e.total_epochs), MAX_EPOCHS) if e.total_epochs else self.limit()
         if n >= limit or n > self.epochs_done + MAX_EPOCH_JUMP:
@@ -237,13 +177,13 @@ class ProgressState:
         if not resumed:
             acc[0] += float(e.duration_s)
             acc[2] += 1
-        if n >= self.epochs_done:           # new epoch(s): unreported ones take the previous size
+        if n >= self.epochs_done:  # new epoch(s): unreported ones take the previous size
             gap = n - self.epochs_done
             if gap:
                 self._append(self.runs[-1][0] if self.runs else bs, gap)
             self._append(bs, 1)
             self.epochs_done = n + 1
-        else:                               # an epoch redone after a restart: the latest report wins
+        else:  # an epoch redone after a restart: the latest report wins
             self._replace(n, bs)
         return True
 
@@ -262,7 +202,7 @@ class ProgressState:
                     return
                 before, after = index - pos, pos + n - index - 1
                 new = ([[b, before]] if before else []) + [[bs, 1]] + ([[b, after]] if after else [])
-                self.runs[i:i + 1] = new
+                self.runs[i : i + 1] = new
                 self._merge()
                 self._bound()
                 return
@@ -287,33 +227,48 @@ class ProgressState:
     def progress(self) -> JobProgress:
         ts, v = self.ts, dict(self.v)
         if ts["last"] is None:
-            return JobProgress(job_id=self.job_id, ignored=self.ignored,
-                               total_epochs=self.declared.get("epochs"))
-        total = v.get("total_epochs") or self.declared.get("epochs")     # the job's report, else the hint
+            return JobProgress(job_id=self.job_id, ignored=self.ignored, total_epochs=self.declared.get("epochs"))
+        total = v.get("total_epochs") or self.declared.get("epochs")  # the job's report, else the hint
         exit_code, reason = self.exit.get("code"), self.exit.get("reason")
         preempted = (reason or "").startswith("preempted")
-        finished = bool(exit_code == 0 and ts["exit"] >= max(ts["start"], ts["requeue"])
-                        and (self.epochs_done >= total if total is not None else not preempted))
+        finished = bool(
+            exit_code == 0
+            and ts["exit"] >= max(ts["start"], ts["requeue"])
+            and (self.epochs_done >= total if total is not None else not preempted)
+        )
         v.pop("total_epochs", None)
         return JobProgress(
-            job_id=self.job_id, epochs_done=self.epochs_done, total_epochs=total,
-            batch_size=self.bs, bs_runs=tuple((b, n) for b, n in self.runs),
+            job_id=self.job_id,
+            epochs_done=self.epochs_done,
+            total_epochs=total,
+            batch_size=self.bs,
+            bs_runs=tuple((b, n) for b, n in self.runs),
             epoch_duration_by_bs={b: s / t for b, (s, _, t) in sorted(self.dur.items()) if t},
             epochs_by_bs={b: int(n) for b, (_, n, _) in sorted(self.dur.items())},
-            finished=finished, exit_code=exit_code, exit_reason=reason, last_event_ts=ts["last"],
-            started=ts["start"] >= 0, running=ts["start"] >= 0 and ts["start"] > ts["end"],
+            finished=finished,
+            exit_code=exit_code,
+            exit_reason=reason,
+            last_event_ts=ts["last"],
+            started=ts["start"] >= 0,
+            running=ts["start"] >= 0 and ts["start"] > ts["end"],
             requeued_after_exit=ts["exit"] >= 0 and ts["requeue"] >= ts["exit"],
-            ignored=self.ignored, history_truncated=self.truncated,
-            hint_conflicts=self.conflicts(), preemptions_measured=int(self.pre["cost"][1]),
-            preempt_cost_s=self.pre["cost"][0] / self.pre["cost"][1] if self.pre["cost"][1] else None, **v)
+            ignored=self.ignored,
+            history_truncated=self.truncated,
+            hint_conflicts=self.conflicts(),
+            preemptions_measured=int(self.pre["cost"][1]),
+            preempt_cost_s=self.pre["cost"][0] / self.pre["cost"][1] if self.pre["cost"][1] else None,
+            **v,
+        )
 
     def conflicts(self) -> dict[str, dict[str, Any]]:
         """Hints of the comment that the job's own report contradicts (the report is what counts)."""
-        reported = {"total_epochs": self.v.get("total_epochs"),
-                    "min_batch_size": self.v.get("min_batch_size"),
-                    "max_batch_size": self.v.get("max_batch_size"),
-                    "samples_per_epoch": self.v.get("samples_per_epoch"),
-                    "batch_size": self.runs[0][0] if self.runs else None}
+        reported = {
+            "total_epochs": self.v.get("total_epochs"),
+            "min_batch_size": self.v.get("min_batch_size"),
+            "max_batch_size": self.v.get("max_batch_size"),
+            "samples_per_epoch": self.v.get("samples_per_epoch"),
+            "batch_size": self.runs[0][0] if self.runs else None,
+        }
         out = {}
         for key, fname in HINT_FIELDS.items():
             hint, rep = self.declared.get(key), reported.get(fname)
@@ -324,26 +279,41 @@ class ProgressState:
     # --------------------------------------------------------------- persistence
     def to_dict(self) -> dict[str, Any]:
         """JSON-able, bounded (restored by :meth:`from_dict`)."""
-        return {"v": self.v, "runs": self.runs, "dur": {str(b): a for b, a in self.dur.items()},
-                "done": self.epochs_done, "bs": self.bs, "bs_ts": self.bs_ts, "ts": self.ts,
-                "exit": self.exit, "ignored": self.ignored, "truncated": self.truncated, "pre": self.pre}
+        return {
+            "v": self.v,
+            "runs": self.runs,
+            "dur": {str(b): a for b, a in self.dur.items()},
+            "done": self.epochs_done,
+            "bs": self.bs,
+            "bs_ts": self.bs_ts,
+            "ts": self.ts,
+            "exit": self.exit,
+            "ignored": self.ignored,
+            "truncated": self.truncated,
+            "pre": self.pre,
+        }
 
     @classmethod
-    def from_dict(cls, job_id: str, data: Mapping[str, Any],
-                  declared: Mapping[str, Any] | None = None) -> "ProgressState":
+    def from_dict(
+        cls, job_id: str, data: Mapping[str, Any], declared: Mapping[str, Any] | None = None
+    ) -> ProgressState:
         """Restore a saved state; anything malformed gives a fresh state (events are re-read)."""
         st = cls(job_id, declared)
         try:
             st.v = {str(k): val for k, val in dict(data["v"]).items()}
             st.v.setdefault("restarts", 0)
             st.runs = [[int(b), int(n)] for b, n in data["runs"]][:MAX_RUNS]
-            st.dur = {int(b): [float(a[0]), int(a[1]), int(a[2] if len(a) > 2 else a[1])]   # before: all timed
-                      for b, a in dict(data["dur"]).items()}
+            st.dur = {
+                int(b): [float(a[0]), int(a[1]), int(a[2] if len(a) > 2 else a[1])]  # before: all timed
+                for b, a in dict(data["dur"]).items()
+            }
             st.epochs_done = int(data["done"])
             st.bs = None if data["bs"] is None else int(data["bs"])
             st.bs_ts = float(data["bs_ts"])
-            st.ts = {k: (None if data["ts"][k] is None else float(data["ts"][k]))
-                     for k in ("last", "start", "end", "requeue", "exit")}
+            st.ts = {
+                k: (None if data["ts"][k] is None else float(data["ts"][k]))
+                for k in ("last", "start", "end", "requeue", "exit")
+            }
             st.exit = dict(data.get("exit") or {})
             st.ignored = int(data.get("ignored", 0))
             st.truncated = bool(data.get("truncated", False))

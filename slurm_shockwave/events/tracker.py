@@ -12,12 +12,15 @@ state of a job that left the queue is dropped (its final summary is kept in the 
 ``state`` is a controller StateStore with ``load_event_progress`` / ``save_event_progress``; ``None`` keeps
 everything in memory (tests, simulations).
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from slurm_shockwave.events.summary import HINT_FIELDS, JobProgress, ProgressState
+from slurm_shockwave.events.progress import JobProgress
+from slurm_shockwave.events.summary import HINT_FIELDS, ProgressState
 
 log = logging.getLogger("slurm_shockwave.events")
 #: event lines (accepted + rejected) read per round at most, over all jobs; a backlog (first start on a full
@@ -59,10 +62,13 @@ class EventTracker:
         declared = hint_dict(hints)
         if st is None:
             row = self._saved.pop(job_id, None)
-            st = (ProgressState.from_dict(job_id, row["summary"], declared)
-                  if row and row.get("summary") else ProgressState(job_id, declared))
+            st = (
+                ProgressState.from_dict(job_id, row["summary"], declared)
+                if row and row.get("summary")
+                else ProgressState(job_id, declared)
+            )
             if row and not row.get("summary") and self.reader is not None:
-                self.reader.forget([job_id])            # offsets without a summary: read again
+                self.reader.forget([job_id])  # offsets without a summary: read again
             self.jobs[job_id] = st
         else:
             st.set_declared(declared)
@@ -80,11 +86,14 @@ class EventTracker:
             start = self._cursor % len(ids) if ids else 0
             lines0 = self._lines()
             try:
-                for n, job_id in enumerate(ids[start:] + ids[:start]):   # one job at a time: bounded memory
+                for n, job_id in enumerate(ids[start:] + ids[:start]):  # one job at a time: bounded memory
                     if self._lines() - lines0 >= self.max_lines_per_round:
-                        self._cursor = start + n          # the rest next round, starting here (no starvation)
-                        log.info("event lines: round budget of %d used; %d jobs read next round",
-                                 self.max_lines_per_round, len(ids) - n)
+                        self._cursor = start + n  # the rest next round, starting here (no starvation)
+                        log.info(
+                            "event lines: round budget of %d used; %d jobs read next round",
+                            self.max_lines_per_round,
+                            len(ids) - n,
+                        )
                         break
                     events = self.reader.poll({job_id: uids[job_id]}).get(job_id)
                     if events:
@@ -96,7 +105,7 @@ class EventTracker:
         finals: dict[str, dict] = {}
         if gone:
             finals = self._finish(gone)
-        stale = list(self._saved)                     # saved jobs that never came back: final too
+        stale = list(self._saved)  # saved jobs that never came back: final too
         if stale:
             for j in stale:
                 row = self._saved.pop(j)
@@ -126,8 +135,14 @@ class EventTracker:
     def _save(self, changed: list[str], finals: dict[str, dict]) -> None:
         if self.state is None or not hasattr(self.state, "save_event_progress") or not (changed or finals):
             return
-        rows = {j: {"offsets": self.reader.export_offsets([j]) if self.reader is not None else {},
-                    "summary": self.jobs[j].to_dict()} for j in changed if j in self.jobs}
+        rows = {
+            j: {
+                "offsets": self.reader.export_offsets([j]) if self.reader is not None else {},
+                "summary": self.jobs[j].to_dict(),
+            }
+            for j in changed
+            if j in self.jobs
+        }
         try:
             self.state.save_event_progress(rows, finals)
         except Exception as exc:  # noqa: BLE001 - the round goes on; the next save retries

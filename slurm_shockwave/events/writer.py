@@ -1,4 +1,5 @@
 """Append events to a job's event file: one validated JSON line per ``os.write``."""
+
 from __future__ import annotations
 
 import os
@@ -18,16 +19,14 @@ class EventWriter:
     failure; the training API wraps it so that training never crashes on event errors.
     """
 
-    def __init__(self, path: str | os.PathLike, job_id: str, restart: int = 0,
-                 source: str | None = None):
+    def __init__(self, path: str | os.PathLike, job_id: str, restart: int = 0, source: str | None = None):
         self.path = Path(path)
         self.job_id = check_job_id(job_id)
         self.restart = int(restart)
         self.source = source
 
     @classmethod
-    def for_job(cls, root: str | os.PathLike, job_id: str, restart: int = 0,
-                source: str | None = None) -> "EventWriter":
+    def for_job(cls, root: str | os.PathLike, job_id: str, restart: int = 0, source: str | None = None) -> EventWriter:
         """Writer for ``<root>/<jobid>/events.jsonl``; creates the job directory."""
         ensure_job_dir(root, job_id)
         return cls(job_event_path(root, job_id), job_id, restart, source)
@@ -51,7 +50,6 @@ class EventWriter:
         return rec
 
 
-def append_event(path: str | os.PathLike, kind: str, job_id: str, restart: int = 0,
-                 **fields: Any) -> dict[str, Any]:
+def append_event(path: str | os.PathLike, kind: str, job_id: str, restart: int = 0, **fields: Any) -> dict[str, Any]:
     """One-shot helper: append a single event to ``path``."""
     return EventWriter(path, job_id, restart).emit(kind, **fields)

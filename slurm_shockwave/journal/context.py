@@ -8,12 +8,14 @@ the decision, for `status`, `explain` and the metrics, as typed records.
   written by an older controller (the dict form) loads with its missing or unreadable fields at their defaults, and
   a non-finite number (nan, inf) is never kept, stored or shown: it reads as None.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, cast
 
 
 def _number(v: Any) -> int | float | None:
@@ -40,10 +42,22 @@ def _texts(v: Any) -> tuple[str, ...] | None:
     return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else None
 
 
+#: how a record's field of a record type is read back (by field name)
+_Nested = Mapping[str, Callable[[Any], Any]]
+
 #: how a field of each annotated type is read back from JSON (None: unreadable, the field keeps its default)
-_READERS = {"str": _text, "str | None": _text, "int": _int, "int | None": _int, "float": _number,
-            "float | None": _number, "int | float | None": _number, "bool": _flag, "bool | None": _flag,
-            "tuple[str, ...]": _texts}
+_READERS = {
+    "str": _text,
+    "str | None": _text,
+    "int": _int,
+    "int | None": _int,
+    "float": _number,
+    "float | None": _number,
+    "int | float | None": _number,
+    "bool": _flag,
+    "bool | None": _flag,
+    "tuple[str, ...]": _texts,
+}
 
 
 def _load(cls, d: Any, **nested):
@@ -56,7 +70,7 @@ def _load(cls, d: Any, **nested):
     out = {}
     for f in dataclasses.fields(cls):
         if f.name in d and d[f.name] is not None:
-            value = (nested.get(f.name) or _READERS[f.type])(d[f.name])
+            value = (nested.get(f.name) or _READERS[str(f.type)])(d[f.name])
             if value is not None:
                 out[f.name] = value
     return cls(**out)
@@ -67,7 +81,7 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if dataclasses.is_dataclass(v):
-        return v.to_json()
+        return cast(_Record, v).to_json()  # the records nest only records
     if isinstance(v, Mapping):
         return {str(k): _clean(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -79,8 +93,9 @@ def _json(obj, omit_none: frozenset = frozenset(), omit_defaults: bool = False) 
     out = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        if (v is None and f.name in omit_none) or omit_defaults and v == (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default):
+        if (v is None and f.name in omit_none) or (
+            omit_defaults and v == (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+        ):
             continue
         out[f.name] = _clean(v)
     return out
@@ -89,7 +104,7 @@ def _json(obj, omit_none: frozenset = frozenset(), omit_defaults: bool = False) 
 class _Record:
     """JSON both ways: `to_json` (plain values, non-finite numbers as None), `from_json` (tolerant, see `_load`)."""
 
-    _NESTED: dict = {}
+    _NESTED: ClassVar[_Nested] = {}
 
     def to_json(self) -> dict:
         return _json(self)
@@ -107,22 +122,22 @@ def _rows(cls):
 class JobContext(_Record):
     """What status and explain show of one managed job beside its view (slurm/jobview.py `build`)."""
 
-    slurm_state: str = ""                   # Slurm's state, HELD for a held job
+    slurm_state: str = ""  # Slurm's state, HELD for a held job
     name: str = ""
-    program: str = ""                       # what "the same program" is for the ETA history
-    submit_time: float | None = None        # its first submit time (its arrival)
-    slurm_submit_time: int | float | None = None   # Slurm's (moved by a requeue)
+    program: str = ""  # what "the same program" is for the ETA history
+    submit_time: float | None = None  # its first submit time (its arrival)
+    slurm_submit_time: int | float | None = None  # Slurm's (moved by a requeue)
     time_limit_min: int | None = None
     start_time: int | float | None = None
     restarts: int | None = None
-    eta_source: str | None = None           # events | hint | history | time_limit | default
-    eta_confidence: str | None = None       # high | medium | low
+    eta_source: str | None = None  # events | hint | history | time_limit | default
+    eta_confidence: str | None = None  # high | medium | low
     eta_detail: str | None = None
     warnings: tuple[str, ...] = ()
-    requeue: bool | None = None             # submitted with --requeue
-    preempt_cost_s: float | None = None     # measured from its events
-    gpu_type: str | None = None             # on a cluster of several GPU types (slurm/gpu_types.py)
-    gpu_type_by: str | None = None          # slurm | user | controller
+    requeue: bool | None = None  # submitted with --requeue
+    preempt_cost_s: float | None = None  # measured from its events
+    gpu_type: str | None = None  # on a cluster of several GPU types (slurm/gpu_types.py)
+    gpu_type_by: str | None = None  # slurm | user | controller
 
     def to_json(self) -> dict:
         return _json(self, omit_none=frozenset({"preempt_cost_s", "gpu_type", "gpu_type_by"}))
@@ -152,8 +167,8 @@ class Unmanaged(_Record):
     running: tuple[UnmanagedJob, ...] = ()
     pending: tuple[UnmanagedJob, ...] = ()
     running_gpus: int = 0
-    pending_gpus: int = 0                  # of the pending jobs not held
-    _NESTED = {"running": _rows(UnmanagedJob), "pending": _rows(UnmanagedJob)}
+    pending_gpus: int = 0  # of the pending jobs not held
+    _NESTED: ClassVar[_Nested] = {"running": _rows(UnmanagedJob), "pending": _rows(UnmanagedJob)}
 
 
 @dataclass(frozen=True)
@@ -186,7 +201,7 @@ class FairShare(_Record):
     window_s: float = 0.0
     users: tuple[Share, ...] = ()
     accounts: tuple[Share, ...] = ()
-    _NESTED = {"users": _rows(Share), "accounts": _rows(Share)}
+    _NESTED: ClassVar[_Nested] = {"users": _rows(Share), "accounts": _rows(Share)}
 
 
 def _jobs(v: Any) -> dict | None:
@@ -201,15 +216,19 @@ def _quarantined(v: Any) -> dict | None:
 class RoundContext(_Record):
     """Everything a backend keeps of a round beside the views and the decision (the simulator: nothing)."""
 
-    jobs: Mapping[str, JobContext] = field(default_factory=dict)     # str(job id) -> its context
-    partition_gpus: int | None = None       # the partition's available GPUs (managed and not)
+    jobs: Mapping[str, JobContext] = field(default_factory=dict)  # str(job id) -> its context
+    partition_gpus: int | None = None  # the partition's available GPUs (managed and not)
     unmanaged: Unmanaged | None = None
-    mode: str | None = None                 # advisory | authoritative
+    mode: str | None = None  # advisory | authoritative
     dry_run: bool | None = None
-    quarantined: Mapping[str, str] = field(default_factory=dict)     # str(job id) -> why it is left to Slurm
+    quarantined: Mapping[str, str] = field(default_factory=dict)  # str(job id) -> why it is left to Slurm
     fairshare: FairShare | None = None
-    _NESTED = {"jobs": _jobs, "unmanaged": Unmanaged.from_json, "quarantined": _quarantined,
-               "fairshare": FairShare.from_json}
+    _NESTED: ClassVar[_Nested] = {
+        "jobs": _jobs,
+        "unmanaged": Unmanaged.from_json,
+        "quarantined": _quarantined,
+        "fairshare": FairShare.from_json,
+    }
 
     def job(self, job_id) -> JobContext:
         return self.jobs.get(str(job_id)) or JobContext()
@@ -219,7 +238,7 @@ class RoundContext(_Record):
         return {k: x for k, x in _json(self, omit_defaults=True).items() if k != "jobs"}
 
     @classmethod
-    def from_json(cls, cluster: Any, jobs: Any = None) -> "RoundContext":
+    def from_json(cls, cluster: Any, jobs: Any = None) -> RoundContext:
         """From the record's "cluster" part and {job: its "context"}, or from the dict form ({"jobs": {...},
         cluster-wide keys}; a RoundContext as it is); either of an older layout reads tolerantly."""
         ctx = _load(cls, cluster, **cls._NESTED)

@@ -5,6 +5,7 @@
 * at run time, state writes failing (disk full, quota, read-only remount, I/O error): `storage_problem()`
   recognises them; the daemon keeps running, enacts nothing, and retries until writes succeed again.
 """
+
 from __future__ import annotations
 
 import errno
@@ -33,11 +34,15 @@ def storage_problem(exc: BaseException) -> str | None:
 def state_db_error(path, exc: sqlite3.Error) -> StartupError:
     why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if storage_problem(exc):
-        return StartupError(f"state database {path} cannot be written ({why}): free space on its filesystem or "
-                            f"make it writable, then start again")
-    return StartupError(f"state database {path} is unreadable or corrupt ({why}): move it aside "
-                        f"(mv {path} {path}.bad; the controller then starts with a fresh state and re-adopts "
-                        f"its jobs from Slurm) or restore it from a backup")
+        return StartupError(
+            f"state database {path} cannot be written ({why}): free space on its filesystem or "
+            f"make it writable, then start again"
+        )
+    return StartupError(
+        f"state database {path} is unreadable or corrupt ({why}): move it aside "
+        f"(mv {path} {path}.bad; the controller then starts with a fresh state and re-adopts "
+        f"its jobs from Slurm) or restore it from a backup"
+    )
 
 
 def check_state_db(path) -> str | None:

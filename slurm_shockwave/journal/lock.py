@@ -1,4 +1,5 @@
 """One controller per state directory: an flock'ed ``controller.lock`` holding the live controller's pid."""
+
 from __future__ import annotations
 
 import fcntl
@@ -46,8 +47,10 @@ def check_not_running(state_dir) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            raise ControllerRunning(f"a controller is running (pid {pid}, lock {path}): stop it first "
-                                    "(systemctl stop shockwave-controller), then run uninstall") from None
+            raise ControllerRunning(
+                f"a controller is running (pid {pid}, lock {path}): stop it first "
+                "(systemctl stop shockwave-controller), then run uninstall"
+            ) from None
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

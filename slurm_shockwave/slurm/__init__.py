@@ -11,15 +11,23 @@
 >>> cli = SlurmCLI(env={"SLURM_CONF": "/path/slurm.conf"})   # doctest: +SKIP
 >>> [j.job_id for j in cli.squeue_jobs(states=["PENDING"])]  # doctest: +SKIP
 """
+
 from slurm_shockwave.slurm.commands import SlurmCLI
 from slurm_shockwave.slurm.errors import SlurmError, SlurmTimeout
 from slurm_shockwave.slurm.models import ACTIVE_STATES, FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode, in_partition
-from slurm_shockwave.slurm.parse import (filter_jobs, parse_gpu_count, parse_nodes_json, parse_sbatch_parsable,
-                    parse_sinfo_json, parse_sprio_site, parse_squeue_json, parse_squeue_meta)
+from slurm_shockwave.slurm.parse import (
+    filter_jobs,
+    parse_gpu_count,
+    parse_nodes_json,
+    parse_sbatch_parsable,
+    parse_sinfo_json,
+    parse_sprio_site,
+    parse_squeue_json,
+    parse_squeue_meta,
+)
 
-__all__ = [
-    "SlurmCLI", "SlurmError", "SlurmTimeout", "SlurmJob", "SlurmNode",
-    "HELD_REASONS", "FINISHED_STATES", "ACTIVE_STATES", "in_partition",
-    "parse_squeue_json", "parse_sinfo_json", "parse_sprio_site", "parse_sbatch_parsable",
-    "parse_gpu_count", "filter_jobs", "parse_nodes_json", "parse_squeue_meta",
-]
+# fmt: off
+__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "HELD_REASONS", "SlurmCLI", "SlurmError", "SlurmJob", "SlurmNode",
+           "SlurmTimeout", "filter_jobs", "in_partition", "parse_gpu_count", "parse_nodes_json",
+           "parse_sbatch_parsable", "parse_sinfo_json", "parse_sprio_site", "parse_squeue_json", "parse_squeue_meta"]
+# fmt: on

@@ -12,6 +12,7 @@ keys describe the job before it has reported anything: `epochs=`, `bs=`, `min_bs
 `samples=`, `epoch_s=` (expected seconds per epoch at `bs`).  With `managed_by = "partition"` every job of
 the partition is managed.  Jobs of other partitions, or without the marker, are never touched.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,16 +21,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from solver.preemption import remaining_s
-from solver.types import ClusterView, JobView, RoundDecision
-
 from slurm_shockwave.backends.base import ServiceBackend
 from slurm_shockwave.events.tracker import EventTracker
 from slurm_shockwave.journal.context import JobContext, RoundContext, Unmanaged
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm import jobview, preflight
-from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS, SlurmCLI
-from slurm_shockwave.slurm.enact import Enactor, Observed, plan_reasons, reconcile, signal_time
+from slurm_shockwave.slurm.commands import SlurmCLI
+from slurm_shockwave.slurm.enact import Enactor, Observed, held_orphans, plan_reasons, reconcile, signal_time
 from slurm_shockwave.slurm.errors import SlurmError
 from slurm_shockwave.slurm.fairshare_round import FairShareRound
 from slurm_shockwave.slurm.gpu_types import GpuTypes
@@ -38,6 +36,9 @@ from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_pa
 from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
 from slurm_shockwave.slurm.preemptions import PreemptionLog
+from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
+from solver.preemption import remaining_s
+from solver.types import ClusterView, JobView, RoundDecision
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -53,7 +54,7 @@ class SlurmBackend(ServiceBackend):
     label = "Slurm"
 
     @classmethod
-    def from_config(cls, cfg, journal, reader, metrics=None, clock=None, cli=None) -> "SlurmBackend":
+    def from_config(cls, cfg, journal, reader, metrics=None, clock=None, cli=None) -> SlurmBackend:
         """`cli`: a SlurmCLI to use instead of the config's (tests inject failures through it)."""
         return cls(cli or SlurmCLI.from_config(cfg), cfg, journal, reader, metrics, clock or time.time)
 
@@ -78,23 +79,23 @@ class SlurmBackend(ServiceBackend):
         self._legacy_held = {int(j) for j in state.held_by_us()}
         # the SiteFactor we last set per job (sprio does not list held jobs): loaded once, kept up to date
         self._site_factor: dict[int, int] = state.last_values(Verb.SITE_FACTOR)
-        self._events = EventTracker(reader, state)   # bounded per-job event summaries, persisted offsets
+        self._events = EventTracker(reader, state)  # bounded per-job event summaries, persisted offsets
         self._observed: dict[int, Observed] = {}
         self._restarts: dict[int, int] = {}
         self._round_started = clock()
-        self._meta: dict[int, JobContext] = {}    # job -> what status/explain show beside its view (jobview.build)
+        self._meta: dict[int, JobContext] = {}  # job -> what status/explain show beside its view (jobview.build)
         self._unmanaged = Unmanaged()
         self._partition_gpus = 0
         self._first_submit: dict = {}
         self._history: dict = {}
-        self._pending_since: dict = {}        # (job, restart count) of a requeued job -> first seen PENDING
+        self._pending_since: dict = {}  # (job, restart count) of a requeued job -> first seen PENDING
         self.sleep = sleep
         self.preemptions = PreemptionLog(state, metrics)
-        self._left: dict = {}                 # job -> predicted seconds of work left (this round's view)
-        self._costs: dict = {}                # job -> measured preemption cost (its events)
+        self._left: dict = {}  # job -> predicted seconds of work left (this round's view)
+        self._costs: dict = {}  # job -> measured preemption cost (its events)
         self.fairshare = FairShareRound(cli)  # market budgets from Slurm's shares and usage (fairshare_round.py)
-        self.types = GpuTypes(state)          # capacity per GPU type, pins, steering (gpu_types.py)
-        self.pins = NodePins(state)           # GPUs per node, where jobs run, node pins and moves (nodes.py)
+        self.types = GpuTypes(state)  # capacity per GPU type, pins, steering (gpu_types.py)
+        self.pins = NodePins(state)  # GPUs per node, where jobs run, node pins and moves (nodes.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -118,15 +119,19 @@ class SlurmBackend(ServiceBackend):
         return dict(self._costs)
 
     def stopping(self) -> frozenset:
-        return frozenset(j for j, entry in self.signalled.items() if j in self._observed and
-                         self._observed[j].state == "RUNNING" and
-                         signal_time(entry, self._observed[j].restart_count) is not None)
+        return frozenset(
+            j
+            for j, entry in self.signalled.items()
+            if j in self._observed
+            and self._observed[j].state == "RUNNING"
+            and signal_time(entry, self._observed[j].restart_count) is not None
+        )
 
     def startup_warnings(self) -> list[str]:
         try:
             text = self.cli.run(["scontrol", "show", "config"]).stdout
         except SlurmError:
-            return []                           # Slurm down: the round loop reports and retries
+            return []  # Slurm down: the round loop reports and retries
         return preflight.check_slurm_conf(preflight.parse_show_config(text), self.cfg.mode)
 
     def health_warnings(self) -> list[str]:
@@ -139,6 +144,7 @@ class SlurmBackend(ServiceBackend):
     @classmethod
     def uninstall(cls, cfg) -> dict:
         from slurm_shockwave.slurm.uninstall import uninstall
+
         return uninstall(cfg)
 
     def is_managed(self, job) -> dict | None:
@@ -159,14 +165,14 @@ class SlurmBackend(ServiceBackend):
                 self._bad[job.job_id] = str(problem).splitlines()[0][:300] if str(problem) else "unreadable record"
                 return None
             return marker
-        except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round
+        except Exception as e:  # noqa: BLE001 - nothing in one job's data may stop a round (quarantined: logged)
             self._bad[job.job_id] = f"unreadable job record: {type(e).__name__}: {e}"[:300]
             return None
 
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
-        begun = self.clock()        # the round's start: before the reads, so rounds are round_seconds apart
-        with ThreadPoolExecutor(1) as pool:       # the nodes are read while the queue is (while Slurm answers)
+        begun = self.clock()  # the round's start: before the reads, so rounds are round_seconds apart
+        with ThreadPoolExecutor(1) as pool:  # the nodes are read while the queue is (while Slurm answers)
             reading = pool.submit(self.cli.sinfo_nodes) if self.cli.answering else None
             jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
             nodes = reading.result() if reading is not None else self.cli.sinfo_nodes()
@@ -175,29 +181,32 @@ class SlurmBackend(ServiceBackend):
         now = self.clock()
         self._round_started = begun
         self._bad = {}
-        self._ac = admin_comments(jobs)      # our ownership marks (slurm/ownership.py)
+        self._ac = admin_comments(jobs)  # our ownership marks (slurm/ownership.py)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}
         self._quarantine(bad, now)
-        capacity = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
+        partition_gpus = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
         # GPUs held by jobs we do not manage (other users' plain jobs in the partition) are not ours to plan
         managed_ids = {j.job_id for j, _ in managed}
-        self._partition_gpus = capacity
+        self._partition_gpus = partition_gpus
         self._unmanaged = jobview.unmanaged(jobs, managed_ids, self.cfg.partition, now)
-        capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)   # {type: GPUs}, less unmanaged
-        by_node = self.pins.observe(nodes, jobs, managed_ids, self.cfg.partition)   # {node: (type, GPUs)}, the same
+        capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {type: GPUs}, less unmanaged
+        by_node = self.pins.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {node: (type, GPUs)}, the same
         capacity = self.pins.capacity() if by_node else capacity
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
         self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
-        self._poll_events({**{str(j.job_id): j.user_id for j, _ in managed},
-                           **{str(j.job_id): j.user_id for j, _ in ended}},
-                          {str(j.job_id): m for j, m in [*managed, *ended]})
+        # new event lines of the active jobs folded into bounded per-job summaries (events/tracker.py); reader
+        # offsets and summaries are persisted in the state, so a restart neither re-reads nor forgets
+        self._events.poll(
+            {**{str(j.job_id): j.user_id for j, _ in managed}, **{str(j.job_id): j.user_id for j, _ in ended}},
+            {str(j.job_id): m for j, m in [*managed, *ended]},
+        )
         views, self._observed, self._restarts, self._costs = [], {}, {}, {}
         failed = {}
         for j, _marker in managed:
-            if j.site_factor is not None:       # what sprio shows (it does not list held jobs): known from now on
+            if j.site_factor is not None:  # what sprio shows (it does not list held jobs): known from now on
                 self._site_factor[j.job_id] = j.site_factor
         for j, marker in managed:
             try:
@@ -213,65 +222,86 @@ class SlurmBackend(ServiceBackend):
                 continue
             views.append(view)
             self._restarts[j.job_id] = j.restart_count
-            self._observed[j.job_id] = Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count,
-                                                j.site_factor if j.site_factor is not None else
-                                                self._site_factor.get(j.job_id), max(j.gpus, 1),
-                                                progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1)
-                                                else None,
-                                                now - j.start_time if j.state == "RUNNING" and j.start_time else None,
-                                                self._ac.get(j.job_id, ""), self._mark_of(j),
-                                                # a job that never reported runs without the wrapper
-                                                progress.start_restart >= j.restart_count
-                                                or progress.last_event_ts is None, self.types.pinned(j))
-        self._pending_since = {k: self._pending_since.get(k, now) for k in
-                               ((j.job_id, j.restart_count) for j, _ in managed
-                                if j.state == "PENDING" and j.restart_count > 0)}
+            self._observed[j.job_id] = Observed(
+                j.job_id,
+                j.state,
+                j.held,
+                j.state_reason,
+                j.restart_count,
+                j.site_factor if j.site_factor is not None else self._site_factor.get(j.job_id),
+                max(j.gpus, 1),
+                progress.gpus if progress.gpus and progress.gpus != max(j.gpus, 1) else None,
+                now - j.start_time if j.state == "RUNNING" and j.start_time else None,
+                self._ac.get(j.job_id, ""),
+                self._mark_of(j),
+                # a job that never reported runs without the wrapper
+                progress.start_restart >= j.restart_count or progress.last_event_ts is None,
+                self.types.pinned(j),
+            )
+        self._pending_since = {
+            k: self._pending_since.get(k, now)
+            for k in ((j.job_id, j.restart_count) for j, _ in managed if j.state == "PENDING" and j.restart_count > 0)
+        }
         if failed:
             self._quarantine(failed, now)
             managed = [(j, m) for j, m in managed if j.job_id not in failed]
         self._left = {v.job_id: remaining_s(v, None) for v in views}
         self.preemptions.observe({j.job_id: j for j in jobs}, self.round_length, now)
-        self._orphans = [Observed(j.job_id, j.state, j.held, j.state_reason, j.restart_count, None, max(j.gpus, 1),
-                                  admin_comment=self._ac.get(j.job_id, ""), mark="held")
-                         for j in jobs if j.job_id not in self._observed and j.state in ("PENDING", "RUNNING")
-                         and status_of(self._ac.get(j.job_id, "")) == "held" and in_partition(j, self.cfg.partition)]
+        self._orphans = held_orphans(jobs, self._observed, self._ac, self.cfg.partition)
         seen = {str(j.job_id) for j, _ in managed} | {str(j) for j in self.quarantined}
         gone = [r["job_id"] for r in self.state.jobs() if r["job_id"] not in seen]
         if gone:
             jobview.finish_gone(self.state, gone, ended, self._events.progress, now)
-        self.state.upsert_jobs([{"job_id": str(j.job_id), "user": j.user, "account": j.account, "gpus": max(j.gpus, 1),
-                                 "state": ("HELD" if j.held else j.state), "submit_time": j.submit_time,
-                                 "restarts": j.restart_count, "view": jobview.job_summary(v, self._meta.get(j.job_id))}
-                                for (j, _), v in zip(managed, views)], now)
-        return ClusterView(now=now, round_index=self.round_index, round_length=self.round_length,
-                           num_gpus=sum(capacity.values()), jobs=tuple(views), total_jobs=len(views),
-                           capacity=capacity, nodes=by_node)
+        self.state.upsert_jobs(jobview.job_rows([j for j, _ in managed], views, self._meta), now)
+        return ClusterView(
+            now=now,
+            round_index=self.round_index,
+            round_length=self.round_length,
+            num_gpus=sum(capacity.values()),
+            jobs=tuple(views),
+            total_jobs=len(views),
+            capacity=capacity,
+            nodes=by_node,
+        )
 
     def apply(self, decision: RoundDecision) -> None:
         run = {int(j) for j in decision.run}
         now = self.clock()
         assigned = assigned_nodes(decision)
         moves = self.pins.moves(assigned, run) if self.cfg.mode == "authoritative" else {}
-        self.preemptions.kept(sum(1 for j in decision.run if (decision.plans.get(j) is not None and
-                                                              decision.plans[j].rule == "kept")))
-        actions = reconcile(list(self._observed.values()), run, self.cfg.mode, self.cfg.site_factor, now,
-                            self.signalled, self.cfg.grace_seconds, self.state.requeued_at, self.cfg.preempt_signal,
-                            self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
-                            reasons={**plan_reasons(decision), **{j: f"moving to {pin_value(n)}" for j, n in
-                                                                  moves.items()}}, orphans=self._orphans, moves=moves)
+        self.preemptions.kept(
+            sum(1 for j in decision.run if (decision.plans.get(j) is not None and decision.plans[j].rule == "kept"))
+        )
+        actions = reconcile(
+            list(self._observed.values()),
+            run,
+            self.cfg.mode,
+            self.cfg.site_factor,
+            now,
+            self.signalled,
+            self.cfg.grace_seconds,
+            self.state.requeued_at,
+            self.cfg.preempt_signal,
+            self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
+            reasons={**plan_reasons(decision), **{j: f"moving to {pin_value(n)}" for j, n in moves.items()}},
+            orphans=self._orphans,
+            moves=moves,
+        )
         # a pending job the round placed on a GPU type is steered there after a GPU count update, and pinned to its
         # nodes, before its release
         first = sum(1 for a in actions if a.verb == Verb.UPDATE_GPUS)
-        actions[first:first] = self.types.steer(decision.placement, run, self.cli.slurm_version, {
-            j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus}) \
-            + self.pins.pins(assigned, run)
+        actions[first:first] = self.types.steer(
+            decision.placement,
+            run,
+            self.cli.slurm_version,
+            {j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus},
+        ) + self.pins.pins(assigned, run)
 
         def done(action):
             for j in action.job_ids:
                 if action.verb == Verb.SIGNAL:
-                    self.signalled[j] = [now, self._restarts.get(j, 0)]   # this run only (see enact.py)
-                    self.preemptions.signalled(j, self._restarts.get(j, 0), now, self._left.get(j),
-                                               self.round_length)
+                    self.signalled[j] = [now, self._restarts.get(j, 0)]  # this run only (see enact.py)
+                    self.preemptions.signalled(j, self._restarts.get(j, 0), now, self._left.get(j), self.round_length)
                 elif action.verb == Verb.REQUEUE_HOLD:
                     self.signalled.pop(j, None)
                 elif action.verb == Verb.SITE_FACTOR:
@@ -281,34 +311,29 @@ class SlurmBackend(ServiceBackend):
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
                 self.preemptions.save()
 
-        self._wait_restart_gap(actions)
+        wait = restart_gap(actions, self._pending_since, self.clock)  # at most one short wait per round
+        if wait > 0:
+            self.sleep(wait)
         self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         for j in list(self.signalled):
             ob = self._observed.get(j)
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus and j not in moves):
-                self.signalled.pop(j, None)     # gone, already off its GPUs, or planned again as it is
+                self.signalled.pop(j, None)  # gone, already off its GPUs, or planned again as it is
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
-
-    def _wait_restart_gap(self, actions) -> None:
-        """A release (which also sends StartTime=now) of a requeued job waits until RESTART_GAP_SECONDS after
-        the job was first seen PENDING at this restart count (Slurm 24.11 kills a restart in the same second
-        as its requeue: the job would end FAILED).  At most one wait of <= RESTART_GAP_SECONDS per round."""
-        released = {j for a in actions if a.verb == Verb.RELEASE for j in a.job_ids}
-        since = [t for (j, _r), t in self._pending_since.items() if j in released]
-        if since:
-            wait = max(since) + RESTART_GAP_SECONDS - self.clock()
-            if wait > 0:
-                log.debug("waiting %.2f s before releasing a job requeued just now", wait)
-                self.sleep(min(wait, RESTART_GAP_SECONDS))
 
     def round_context(self) -> RoundContext:
         """Beside the views: per job what Slurm says (state, time limit, ETA source, warnings), the partition's
         unmanaged load, the quarantined jobs, the mode (status and explain show them)."""
-        return RoundContext(jobs={str(k): m for k, m in self._meta.items()}, partition_gpus=self._partition_gpus,
-                            unmanaged=self._unmanaged, mode=self.cfg.mode, dry_run=self.cfg.dry_run,
-                            quarantined={str(k): v for k, v in self.quarantined.items()},
-                            fairshare=self.fairshare.context())
+        return RoundContext(
+            jobs={str(k): m for k, m in self._meta.items()},
+            partition_gpus=self._partition_gpus,
+            unmanaged=self._unmanaged,
+            mode=self.cfg.mode,
+            dry_run=self.cfg.dry_run,
+            quarantined={str(k): v for k, v in self.quarantined.items()},
+            fairshare=self.fairshare.context(),
+        )
 
     def advance(self) -> None:
         """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
@@ -316,33 +341,19 @@ class SlurmBackend(ServiceBackend):
         jobs released in this round already take) or an unmanaged job that left RUNNING, while a managed job
         waits; never sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
         self.round_index += 1
-        deadline = self._round_started + self.round_length
-        poll, min_gap = self.cfg.early_round_timing
         ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
-        foreign = {r.job_id for r in self._unmanaged.running}
+        foreign = {r.job_id for r in self._unmanaged.running if r.job_id is not None}  # set: built from squeue
         waiting = any(ob.state == "PENDING" for ob in self._observed.values())
         self.early_round = False
-        while not self.stop_event.is_set():
-            left = deadline - self.clock()
-            if left <= 0:
-                return
-            self.stop_event.wait(min(left, poll))
-            if not waiting or not (ours or foreign) or self.stop_event.is_set() or \
-                    self.clock() - self._round_started < min_gap:
-                continue
-            try:
-                live = {j.job_id: j.state for j in self.cli.squeue_jobs(job_ids=ours | foreign)}
-            except Exception as e:  # noqa: BLE001 - a failed poll just waits for the regular round
-                log.debug("early-round poll of the queue failed (%s): waiting for the round boundary", e)
-                continue
-            freed = {j for j in ours if live.get(j) not in ACTIVE_STATES}
-            freed |= {j for j in foreign if live.get(j) != "RUNNING"}
-            if freed:
-                log.info("GPUs freed by %s: starting round %d early", sorted(freed), self.round_index)
-                self.early_round = True
-                if self.metrics is not None:
-                    self.metrics.early_rounds.inc()
-                return
+        started, timing = self._round_started, self.cfg.early_round_timing
+        freed = wait_for_round(
+            self.cli, self.stop_event, self.clock, started, timing, self.round_length, ours, foreign, waiting
+        )
+        if freed:
+            log.info("GPUs freed by %s: starting round %d early", sorted(freed), self.round_index)
+            self.early_round = True
+            if self.metrics is not None:
+                self.metrics.early_rounds.inc()
 
     # ------------------------------------------------------------------ internals
     def _mark_of(self, job) -> str | None:
@@ -358,32 +369,32 @@ class SlurmBackend(ServiceBackend):
     def _quarantine(self, jobs: dict, now: float) -> None:
         """Leave these jobs to Slurm (not planned, not touched; their GPUs are foreign while they run), keep
         the reason for status/explain, log each job once per reason."""
-        for jid, j in jobs.items():
+        for jid in jobs:
             reason = self._bad.get(jid, "invalid job data")
             if self.quarantined.get(jid) != reason:
                 log.warning("job %s quarantined (left to Slurm, not scheduled by shockwave): %s", jid, reason)
             self.quarantined[jid] = reason
         try:
-            self.state.set_quarantined([{"job_id": jid, "user": j.user, "account": j.account, "gpus": j.gpus,
-                                         "submit_time": j.submit_time, "restarts": j.restart_count,
-                                         "reason": self.quarantined[jid]} for jid, j in jobs.items()], now)
-        except (TypeError, ValueError) as e:      # an odd value in a record: still not fatal
+            self.state.set_quarantined(jobview.quarantine_rows(jobs, self.quarantined), now)
+        except (TypeError, ValueError) as e:  # an odd value in a record: still not fatal
             log.warning("quarantine of %s not recorded: %s", sorted(jobs), e)
-
-    def _poll_events(self, uids: dict, hints: dict | None = None) -> None:
-        """New event lines of the active jobs folded into bounded per-job summaries (events/tracker.py); reader
-        offsets and summaries are persisted in the state, so a restart neither re-reads nor forgets."""
-        self._events.poll(uids, hints)
 
     def _view(self, j, marker: dict, p, now: float) -> JobView:
         key = (j.user, jobview.program_of(j))
         if key not in self._history:
             self._history[key] = self.state.epoch_history(*key)
         view, self._meta[j.job_id] = jobview.build(
-            j, marker, p, now, round_length=self.round_length, weight=self.fairshare.weight(j.user, j.account),
-            arrival=jobview.arrival_of(j, self._first_submit, now), history=self._history[key],
-            gpu_type=self.types.view_type(j))
+            j,
+            marker,
+            p,
+            now,
+            round_length=self.round_length,
+            weight=self.fairshare.weight(j.user, j.account),
+            arrival=jobview.arrival_of(j, self._first_submit, now),
+            history=self._history[key],
+            gpu_type=self.types.view_type(j),
+        )
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
-        return replace(view, nodes=self.pins.running_on(j) if j.state == "RUNNING" else (),
-                       allowed_nodes=self.pins.user_nodes(j))
-
+        return replace(
+            view, nodes=self.pins.running_on(j) if j.state == "RUNNING" else (), allowed_nodes=self.pins.user_nodes(j)
+        )

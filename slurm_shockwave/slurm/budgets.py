@@ -22,11 +22,12 @@ the budget of a job without shares), times the config's [weights] for its user a
 association is not in sshare (no accounting, another cluster's account) gets budget 1 times those weights.  A
 RawShares of ``parent`` counts as 1; all-zero siblings split equally.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from slurm_shockwave.slurm.shares import ShareRow
 
@@ -41,11 +42,11 @@ class Line:
     account: str
     user: str
     raw_shares: int | None
-    share: float            # its part of the cluster by shares alone (product of S down its path)
-    usage: float            # its NormUsage over that of the accounts with work right under root
-    part: float             # its part of the cluster: shares lowered (or raised) by usage
+    share: float  # its part of the cluster by shares alone (product of S down its path)
+    usage: float  # its NormUsage over that of the accounts with work right under root
+    part: float  # its part of the cluster: shares lowered (or raised) by usage
     raw_usage: float
-    members: tuple = ()     # an account's (account, user) associations with work, at any depth below it
+    members: tuple = ()  # an account's (account, user) associations with work, at any depth below it
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Budgets:
     budget: dict = field(default_factory=dict)
     users: tuple = ()
     accounts: tuple = ()
-    missing: tuple = ()     # (account, user) with work but not in sshare
+    missing: tuple = ()  # (account, user) with work but not in sshare
 
     def of(self, account: str, user: str) -> float | None:
         return self.budget.get((account, user))
@@ -63,8 +64,9 @@ class Budgets:
 
 def usage_of(rows: list[ShareRow]) -> list[float]:
     """The decayed usage the formula compares: NormUsage, or RawUsage where one of ``rows`` has none."""
-    if all(r.norm_usage is not None for r in rows):
-        return [float(r.norm_usage) for r in rows]
+    norm = [r.norm_usage for r in rows if r.norm_usage is not None]
+    if len(norm) == len(rows):
+        return [float(u) for u in norm]
     return [r.raw_usage for r in rows]
 
 
@@ -75,10 +77,10 @@ def _split(children: list[ShareRow], part: float) -> dict:
     total_s, total_u = sum(shares), sum(used)
     s = [x / total_s if total_s else 1 / len(children) for x in shares]
     u = [x / total_u if total_u else 0.0 for x in used]
-    f = [si * 2.0 ** (-ui / si) if si > 0 else 0.0 for si, ui in zip(s, u)]
+    f = [si * 2.0 ** (-ui / si) if si > 0 else 0.0 for si, ui in zip(s, u, strict=True)]
     total_f = sum(f)
     parts = [part * fi / total_f if total_f > 0 else part / len(children) for fi in f]
-    return {c.key: (si, ui, pi) for c, si, ui, pi in zip(children, s, u, parts)}
+    return {c.key: (si, ui, pi) for c, si, ui, pi in zip(children, s, u, parts, strict=True)}
 
 
 def compute(rows: Iterable[ShareRow], active: Iterable[tuple[str, str]]) -> Budgets:
@@ -107,7 +109,7 @@ def compute(rows: Iterable[ShareRow], active: Iterable[tuple[str, str]]) -> Budg
             children.setdefault(parent, []).append(row)
     below = {c.key for kids in children.values() for c in kids}
     tops = [by_key[k] for k in on_path if k not in below]
-    figures: dict = {}                   # key -> (share by shares alone, part of the cluster)
+    figures: dict = {}  # key -> (share by shares alone, part of the cluster)
     todo = [(tops, 1.0, 1.0)] if tops else []
     while todo:
         kids, part, share = todo.pop()
@@ -115,7 +117,7 @@ def compute(rows: Iterable[ShareRow], active: Iterable[tuple[str, str]]) -> Budg
             figures[key] = (share * s, p)
             if key in children:
                 todo.append((children[key], p, share * s))
-    first = children.get(("root", ""), tops)          # the accounts with work right under root
+    first = children.get(("root", ""), tops)  # the accounts with work right under root
     total_usage = sum(usage_of(first))
     n = len(found)
 
@@ -123,12 +125,24 @@ def compute(rows: Iterable[ShareRow], active: Iterable[tuple[str, str]]) -> Budg
         row = by_key[key]
         share, part = figures[key]
         members = tuple(k for k in found if key in paths[k]) if not row.user else ()
-        used = usage_of([row] + list(first))[0]
-        return Line(row.account, row.user, row.raw_shares, share, used / total_usage if total_usage else 0.0, part,
-                    row.raw_usage, members)
+        used = usage_of([row, *first])[0]
+        return Line(
+            row.account,
+            row.user,
+            row.raw_shares,
+            share,
+            used / total_usage if total_usage else 0.0,
+            part,
+            row.raw_usage,
+            members,
+        )
+
     budget = {k: max(n * figures[k][1], MIN_BUDGET) for k in found}
     if not all(math.isfinite(b) for b in budget.values()):
         raise ValueError("a budget is not finite")
-    return Budgets(budget=budget, users=tuple(line(k) for k in found),
-                   accounts=tuple(line(k) for k in sorted(on_path) if k[1] == "" and k[0] != "root"),
-                   missing=missing)
+    return Budgets(
+        budget=budget,
+        users=tuple(line(k) for k in found),
+        accounts=tuple(line(k) for k in sorted(on_path) if k[1] == "" and k[0] != "root"),
+        missing=missing,
+    )

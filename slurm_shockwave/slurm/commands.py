@@ -32,20 +32,28 @@ Facts relied on (Slurm 22.05.8):
 * Priority floor under ``priority/multifactor`` is 1 (a negative SiteFactor cannot push a job
   to 0); priority 0 therefore always means held.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import re
 import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Iterable, Mapping, Sequence
 
+from slurm_shockwave.slurm.argv import PARALLEL, chunks, field_arg, job_ids_of, split
 from slurm_shockwave.slurm.errors import SlurmError, SlurmTimeout
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode
-from slurm_shockwave.slurm.parse import (NoNodeList, filter_jobs, parse_sbatch_parsable, parse_sinfo_json,
-                    parse_sprio_site, parse_squeue_meta)
+from slurm_shockwave.slurm.parse import (
+    NoNodeList,
+    filter_jobs,
+    parse_sbatch_parsable,
+    parse_sinfo_json,
+    parse_sprio_site,
+    parse_squeue_meta,
+)
 from slurm_shockwave.slurm.queue_read import QueueReader, read_selected
 from slurm_shockwave.slurm.shapes import Meta
 
@@ -55,59 +63,16 @@ log = logging.getLogger("slurm_shockwave.slurm")
 #: restart whose credential dates from the same second as the requeue: see the module docstring)
 RESTART_GAP_SECONDS = 1.1
 
-_JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
-_FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _SIGNAL_RE = re.compile(r"^(SIG)?[A-Z0-9+]+$|^\d+$")
 _VERSION_RE = re.compile(r"^(\d{2})\.(\d{2})(?:\.\d+)?$")
 #: the job an error line of scontrol's input mode is about ("... for job 5", "... for job 9: ...")
 _FAILED_JOB_RE = re.compile(r"\bjob (\d+)\b", re.IGNORECASE)
-#: ids per scontrol/scancel call; keeps argv far below ARG_MAX
-BATCH_SIZE = 500
 SIGNAL_SCOPES = ("batch", "full", "steps")
 #: commands that ``bin_dir`` applies to
-SLURM_COMMANDS = frozenset({"squeue", "sinfo", "sprio", "scontrol", "sbatch", "scancel", "srun",
-                            "salloc", "sacct", "sstat", "sdiag", "sshare", "sattach", "sbcast"})
-
-
-def _job_ids(ids: Iterable[int | str]) -> list[str]:
-    """Validate job ids (``123`` or array task ``123_4``) and return them as strings, deduplicated."""
-    out: list[str] = []
-    for job_id in ids:
-        text = str(job_id).strip()
-        if isinstance(job_id, bool) or not _JOB_ID_RE.match(text):
-            raise ValueError(f"invalid Slurm job id: {job_id!r}")
-        if text not in out:
-            out.append(text)
-    return out
-
-
-def _chunks(items: list[str], size: int = BATCH_SIZE) -> list[list[str]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-#: a job list longer than PARALLEL_MIN is split into up to PARALLEL scontrol calls run at once: slurmctld acts on
-#: each job of a list as one RPC (1-3 ms each on 2 shared cores: a first round holds ~1,000 jobs), and several
-#: scontrol processes overlap them (measured: 900 AdminComment updates 3.1 s in one call, 1.0-1.6 s in 4)
-PARALLEL = 4
-PARALLEL_MIN = 128
-
-
-def _split(ids: list[str]) -> list[list[str]]:
-    if len(ids) <= PARALLEL_MIN:
-        return _chunks(ids)
-    return _chunks(ids, min(BATCH_SIZE, -(-len(ids) // PARALLEL)))
-
-
-def _field_arg(key: str, value: object) -> str:
-    """``Key=Value`` for scontrol update; the key must be a plain identifier."""
-    if not _FIELD_RE.match(key):
-        raise ValueError(f"invalid scontrol field name: {key!r}")
-    if isinstance(value, bool):
-        value = "yes" if value else "no"
-    text = str(value)
-    if "\n" in text or "\0" in text:
-        raise ValueError(f"value of {key} contains a newline or NUL")
-    return f"{key}={text}"
+# fmt: off
+SLURM_COMMANDS = frozenset({"squeue", "sinfo", "sprio", "scontrol", "sbatch", "scancel", "srun", "salloc", "sacct",
+                            "sstat", "sdiag", "sshare", "sattach", "sbcast"})
+# fmt: on
 
 
 class SlurmCLI:
@@ -122,9 +87,14 @@ class SlurmCLI:
     of the first on ``PATH``.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 30, *,
-                 runner: Callable[..., subprocess.CompletedProcess] | None = None,
-                 bin_dir: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 30,
+        *,
+        runner: Callable[..., subprocess.CompletedProcess] | None = None,
+        bin_dir: str | os.PathLike | None = None,
+    ):
         self.env = dict(env or {})
         self.timeout = timeout
         self.bin_dir = os.fspath(bin_dir) if bin_dir else None
@@ -141,7 +111,7 @@ class SlurmCLI:
         self.queue = QueueReader()
 
     @classmethod
-    def from_config(cls, cfg) -> "SlurmCLI":
+    def from_config(cls, cfg) -> SlurmCLI:
         """The Slurm CLI of a controller config: its ``[slurm] env``, ``bin_dir`` and ``slurm_timeout``."""
         return cls(env=cfg.slurm.env, timeout=cfg.slurm_timeout, bin_dir=cfg.slurm.bin_dir)
 
@@ -149,8 +119,13 @@ class SlurmCLI:
     def full_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, **self.env, **(extra or {})}
 
-    def run(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            timeout: float | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
         """Run ``argv`` (a list, no shell; ``input``: its standard input, else none); return the CompletedProcess
         or raise SlurmError."""
         if isinstance(argv, (str, bytes)):
@@ -161,8 +136,16 @@ class SlurmCLI:
         limit = self.timeout if timeout is None else timeout
         try:
             stdin = {"stdin": subprocess.DEVNULL} if input is None else {"input": input}
-            proc = self.runner(argv, env=self.full_env(env), capture_output=True, text=True, timeout=limit,
-                               check=False, errors="replace", **stdin)
+            proc = self.runner(
+                argv,
+                env=self.full_env(env),
+                capture_output=True,
+                text=True,
+                timeout=limit,
+                check=False,
+                errors="replace",
+                **stdin,
+            )
         except subprocess.TimeoutExpired as exc:
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             raise SlurmTimeout.from_command(argv, None, stderr, what=f"timed out after {limit:g}s") from exc
@@ -173,15 +156,19 @@ class SlurmCLI:
         return proc
 
     # ------------------------------------------------------------------ reading
-    def squeue_jobs(self, job_ids: Iterable[int] | None = None,
-                    states: Iterable[str] | None = None,
-                    with_site_factor: bool = False, incremental: bool = False) -> list[SlurmJob]:
+    def squeue_jobs(
+        self,
+        job_ids: Iterable[int] | None = None,
+        states: Iterable[str] | None = None,
+        with_site_factor: bool = False,
+        incremental: bool = False,
+    ) -> list[SlurmJob]:
         """Jobs from ``squeue --json`` (finished ones included while Slurm keeps them).
 
         ``job_ids``/``states`` filter on the client (and ``job_ids`` in Slurm too from 23.x, so only those are
         read). ``with_site_factor`` adds one ``sprio`` call, run while the queue is read, and fills
-        ``site_factor`` for the pending, non-held jobs it lists. ``incremental`` (the controller's round): a compact listing, then JSON only for
-        the jobs whose listing changed (:mod:`.queue_read`).
+        ``site_factor`` for the pending, non-held jobs it lists. ``incremental`` (the controller's round): a compact
+        listing, then JSON only for the jobs whose listing changed (:mod:`.queue_read`).
         """
         # sprio runs beside the queue read (another process) while Slurm answers; after a failed read, only after it
         # (no calls piled on a slurmctld that is away)
@@ -193,8 +180,10 @@ class SlurmCLI:
                         self.slurm_version = self.client_version()
                     jobs, meta = self.queue.read(lambda argv: self.run(argv).stdout, self.slurm_version)
                 elif job_ids is not None and self.slurm_version and not self.slurm_version.startswith("22."):
-                    jobs, meta = read_selected(lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids}))
-                    meta = meta or Meta()
+                    jobs, selected = read_selected(
+                        lambda argv: self.run(argv).stdout, sorted({int(j) for j in job_ids})
+                    )
+                    meta = selected or Meta()
                 else:
                     jobs, meta = parse_squeue_meta(self.run(["squeue", "--json", "--states=all"]).stdout)
             except Exception:
@@ -248,25 +237,29 @@ class SlurmCLI:
     def scontrol_update(self, job_ids: Iterable[int | str], **fields: object) -> None:
         """``scontrol update JobId=<a,b,c> K=V ...``; e.g. ``SiteFactor=5000, Nice=10``.
 
-        Batched: one call per :data:`BATCH_SIZE` ids. Fields are validated identifiers; values
+        Batched: one call per :data:`.argv.BATCH_SIZE` ids. Fields are validated identifiers; values
         are single argv items (spaces and quotes are safe).
         """
-        ids = _job_ids(job_ids)
+        ids = job_ids_of(job_ids)
         if not fields:
             raise ValueError("scontrol_update needs at least one field")
-        args = [_field_arg(k, v) for k, v in fields.items()]
-        self._run_all([["scontrol", "update", f"JobId={','.join(chunk)}", *args] for chunk in _split(ids)])
+        args = [field_arg(k, v) for k, v in fields.items()]
+        self._run_all([["scontrol", "update", f"JobId={','.join(chunk)}", *args] for chunk in split(ids)])
 
     def scontrol_update_each(self, job_ids: Iterable[int | str], **fields: object) -> None:
         """``update JobId=<id> K=V`` for each job, for the fields scontrol refuses with an id list: ``NodeList=``
         (22.05, 24.11 and 26.05: ``Invalid job ID 2,4``, rc 1, no job updated).  Every job is tried; the first
         error is raised once all are done."""
-        ids = _job_ids(job_ids)
+        ids = job_ids_of(job_ids)
         failed = self.scontrol_update_jobs([(j, fields) for j in ids])
         if failed:
             first = next(j for j in ids if int(j.split("_")[0]) in failed)
-            raise SlurmError(f"scontrol update JobId={first}: {failed[int(first.split('_')[0])]}",
-                             cmd=["scontrol"], returncode=1, stderr="\n".join(failed.values()))
+            raise SlurmError(
+                f"scontrol update JobId={first}: {failed[int(first.split('_')[0])]}",
+                cmd=["scontrol"],
+                returncode=1,
+                stderr="\n".join(failed.values()),
+            )
 
     def scontrol_update_jobs(self, updates: Sequence[tuple[int | str, Mapping[str, object]]]) -> dict[int, str]:
         """Several ``update JobId=<id> K=V ...`` (one per job, each its own fields) in one ``scontrol`` that reads
@@ -276,10 +269,10 @@ class SlurmCLI:
         failed; raises SlurmError when the call failed and no failure names a job of the list (slurmctld away)."""
         lines, ids = [], set()
         for job_id, fields in updates:
-            (jid,) = _job_ids([job_id])
+            (jid,) = job_ids_of([job_id])
             if not fields:
                 raise ValueError("an update needs at least one field")
-            args = [_field_arg(k, v) for k, v in fields.items()]
+            args = [field_arg(k, v) for k, v in fields.items()]
             if any(c.isspace() or c in "\"'" for a in args for c in a):
                 raise ValueError(f"a value read from scontrol's input may not hold blanks or quotes: {args}")
             lines.append(" ".join(["update", f"JobId={jid}", *args]))
@@ -291,7 +284,7 @@ class SlurmCLI:
         except SlurmTimeout:
             raise
         except SlurmError as exc:
-            failed = {}
+            failed: dict[int, str] = {}
             for line in (exc.stderr or "").splitlines():
                 m = _FAILED_JOB_RE.search(line)
                 if m and int(m.group(1)) in ids:
@@ -302,7 +295,7 @@ class SlurmCLI:
         return {}
 
     def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
-        self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in _split(_job_ids(job_ids))])
+        self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in split(job_ids_of(job_ids))])
 
     def _run_all(self, argvs: list[list[str]]) -> None:
         """Run these calls (the chunks of one job list), up to PARALLEL at once; every chunk is tried, the first
@@ -313,7 +306,7 @@ class SlurmCLI:
             return
         with ThreadPoolExecutor(min(PARALLEL, len(argvs))) as pool:
             futures = [pool.submit(self.run, argv) for argv in argvs]
-        errors = [f.exception() for f in futures if f.exception() is not None]
+        errors = [e for f in futures if (e := f.exception()) is not None]
         if errors:
             raise errors[0]
 
@@ -342,16 +335,20 @@ class SlurmCLI:
         if not _SIGNAL_RE.match(sig_s):
             raise ValueError(f"invalid signal: {sig!r}")
         flags = {"batch": ["--batch"], "full": ["--full"], "steps": []}[scope]
-        for chunk in _chunks(_job_ids(job_ids)):
+        for chunk in chunks(job_ids_of(job_ids)):
             self.run(["scancel", f"--signal={sig_s}", *flags, *chunk])
 
     def cancel(self, job_ids: Iterable[int | str]) -> None:
-        for chunk in _chunks(_job_ids(job_ids)):
+        for chunk in chunks(job_ids_of(job_ids)):
             self.run(["scancel", *chunk])
 
-    def sbatch(self, script_path: str | os.PathLike, args: Sequence[str] = (),
-               env: Mapping[str, str] | None = None,
-               script_args: Sequence[str] = ()) -> int:
+    def sbatch(
+        self,
+        script_path: str | os.PathLike,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        script_args: Sequence[str] = (),
+    ) -> int:
         """Submit ``script_path`` with sbatch options ``args``; return the job id.
 
         ``env`` is added to the submission environment (sbatch exports it to the job by

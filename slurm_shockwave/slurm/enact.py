@@ -25,15 +25,19 @@ holds or requeue-holds it, and unmarked only after its release.  The reconcile r
 the user hold of ``requeuehold`` (a crash between ``requeuehold`` and ``hold``), and releases and unmarks a
 marked job it no longer manages (`orphans`).
 """
+
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.errors import SlurmError, unreachable
-from slurm_shockwave.slurm.ownership import marked, parse_mark, unmarked
+from slurm_shockwave.slurm.models import SlurmJob, in_partition
+from slurm_shockwave.slurm.ownership import marked, parse_mark, status_of, unmarked
 
 #: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
 PIN_VERB = Verb.PLACE_NODES
@@ -56,7 +60,7 @@ _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
 @dataclass(frozen=True)
 class Action:
-    verb: Verb             # a plain string is taken for its Verb (ValueError when it is none)
+    verb: Verb  # a plain string is taken for its Verb (ValueError when it is none)
     job_ids: tuple
     value: object = None
 
@@ -68,24 +72,62 @@ class Action:
 @dataclass
 class Observed:
     """What the reconcile needs to know about one managed job."""
+
     job_id: int
-    state: str             # PENDING | RUNNING | ...
+    state: str  # PENDING | RUNNING | ...
     held: bool
     hold_reason: str
     restart_count: int
     site_factor: int | None
     gpus: int
-    wanted_gpus: int | None = None     # from the job's events, when it asked for another GPU count
-    running_for: float | None = None   # seconds since it (re)started, while running
-    admin_comment: str = ""            # as Slurm shows it (our mark lives there, see ownership.py)
-    mark: str | None = None            # status of our mark ("held") or None: is the hold ours?
-    run_reported: bool = True          # the wrapper of this run reported its start (its handlers are up)
-    gpu_type: str | None = None        # the GPU type its user asked for (kept when its GPU count is updated)
+    wanted_gpus: int | None = None  # from the job's events, when it asked for another GPU count
+    running_for: float | None = None  # seconds since it (re)started, while running
+    admin_comment: str = ""  # as Slurm shows it (our mark lives there, see ownership.py)
+    mark: str | None = None  # status of our mark ("held") or None: is the hold ours?
+    run_reported: bool = True  # the wrapper of this run reported its start (its handlers are up)
+    gpu_type: str | None = None  # the GPU type its user asked for (kept when its GPU count is updated)
 
 
-def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, signalled: dict, grace: float,
-              already_requeued, signal: str = "USR1", min_run: float = 0.0, reasons: dict | None = None,
-              orphans: list[Observed] = (), moves=frozenset()) -> list[Action]:
+def held_orphans(
+    jobs: list[SlurmJob], observed: Mapping[int, Observed], comments: Mapping[int, str], partition: str | None
+) -> list[Observed]:
+    """The active jobs of the partition that are not managed (any more) but still carry our hold mark
+    (`comments`: their AdminComments): reconcile releases them."""
+    return [
+        Observed(
+            j.job_id,
+            j.state,
+            j.held,
+            j.state_reason,
+            j.restart_count,
+            None,
+            max(j.gpus, 1),
+            admin_comment=comments.get(j.job_id, ""),
+            mark="held",
+        )
+        for j in jobs
+        if j.job_id not in observed
+        and j.state in ("PENDING", "RUNNING")
+        and status_of(comments.get(j.job_id, "")) == "held"
+        and in_partition(j, partition)
+    ]
+
+
+def reconcile(
+    jobs: list[Observed],
+    run: set,
+    mode: str,
+    high: int,
+    now: float,
+    signalled: dict,
+    grace: float,
+    already_requeued,
+    signal: str = "USR1",
+    min_run: float = 0.0,
+    reasons: dict | None = None,
+    orphans: Sequence[Observed] = (),
+    moves=frozenset(),
+) -> list[Action]:
     """The actions that bring Slurm to the desired state.  `signalled` maps job -> [time, restart count] of its
     preemption signal (updated by the caller after enactment); `already_requeued(job, restart_count)`.
     A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing), nor a run whose
@@ -119,9 +161,9 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
                 reason = reasons.get(j.job_id) or (old.reason if old else "") or "deferred"
                 want = marked(j.admin_comment, "held", reason)
                 if ours and j.hold_reason == "JobHeldUser":
-                    add(Verb.HOLD, j.job_id, want)          # ours, left with requeuehold's user hold
+                    add(Verb.HOLD, j.job_id, want)  # ours, left with requeuehold's user hold
                 elif not j.held:
-                    new_holds.append((j.job_id, want))   # marked and held as admin in one update
+                    new_holds.append((j.job_id, want))  # marked and held as admin in one update
                 elif ours and want != j.admin_comment:
                     rewrites.setdefault(want, []).append(j.job_id)
         elif j.state == "RUNNING":
@@ -138,12 +180,15 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
             # requeue); a move is pinned to its new nodes when a later round releases it
             since = signal_time(signalled.get(j.job_id), j.restart_count)
-            if since is None and j.running_for is not None and (
-                    j.running_for < min_run or (not j.run_reported and j.running_for < UNREPORTED_START_S)):
+            if (
+                since is None
+                and j.running_for is not None
+                and (j.running_for < min_run or (not j.run_reported and j.running_for < UNREPORTED_START_S))
+            ):
                 continue
             want = marked(j.admin_comment, "held", reasons.get(j.job_id) or "preempted")
             if not j.held:
-                add(Verb.HOLD, j.job_id, want)              # held before the signal: a self-requeue stays held
+                add(Verb.HOLD, j.job_id, want)  # held before the signal: a self-requeue stays held
             if since is None:
                 add(Verb.SIGNAL, j.job_id, signal)
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):
@@ -164,8 +209,10 @@ def reconcile(jobs: list[Observed], run: set, mode: str, high: int, now: float, 
         if budget == 0:
             break
     order = (Verb.UPDATE_GPUS, Verb.HOLD, Verb.SIGNAL, Verb.REQUEUE_HOLD, Verb.SITE_FACTOR, Verb.RELEASE, Verb.MARK)
-    return [Action(verb, tuple(sorted(ids)), value)
-            for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))]
+    return [
+        Action(verb, tuple(sorted(ids)), value)
+        for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))
+    ]
 
 
 def plan_reasons(decision) -> dict:
@@ -173,10 +220,8 @@ def plan_reasons(decision) -> dict:
     out = {}
     for jid, plan in decision.plans.items():
         if plan.reason:
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 out[int(jid)] = plan.reason
-            except (TypeError, ValueError):
-                pass
     return out
 
 
@@ -196,12 +241,13 @@ class Enactor:
     def __init__(self, cli, state, dry_run: bool = False, metrics=None):
         self.cli, self.state, self.dry_run, self.metrics = cli, state, dry_run, metrics
 
-    def execute(self, round_index: int, actions: list[Action], restart_counts: dict,
-                on_done=None) -> list[tuple[Action, str]]:
+    def execute(
+        self, round_index: int, actions: list[Action], restart_counts: dict, on_done=None
+    ) -> list[tuple[Action, str]]:
         """Run the actions in order; `on_done(action)` right after each one succeeded (e.g. to save at once
         that a job was signalled, so a crash right after does not signal it again)."""
         results = []
-        pinned: dict = {}       # action index -> (journal ids, error or None): node pins made together
+        pinned: dict = {}  # action index -> (journal ids, error or None): node pins made together
         for k, a in enumerate(actions):
             if self.dry_run:
                 log.info("dry-run: would %s %s %s", a.verb, a.value if a.value is not None else "", list(a.job_ids))
@@ -226,18 +272,23 @@ class Enactor:
                 if unreachable(e):
                     # slurmctld is away: the other calls would each wait for their timeout too; the next
                     # round re-reads Slurm and reconciles what is left
-                    skipped = actions[k + 1:]
+                    skipped = actions[k + 1 :]
                     if skipped:
                         log.warning("slurmctld unreachable: %d action(s) left for the next round", len(skipped))
                     for i in range(k + 1, len(actions)):
-                        if i in pinned:                   # journalled with this one: settled with it
+                        if i in pinned:  # journalled with this one: settled with it
                             self.state.settle(pinned[i][0], "failed", "slurmctld unreachable")
                     results.extend((b, "skipped") for b in skipped)
                     break
                 continue
             self.state.settle(ids, "done")
-            log.info("enacted %s%s on %d job(s): %s", a.verb, f" {a.value}" if a.value is not None else "",
-                     len(a.job_ids), list(a.job_ids))
+            log.info(
+                "enacted %s%s on %d job(s): %s",
+                a.verb,
+                f" {a.value}" if a.value is not None else "",
+                len(a.job_ids),
+                list(a.job_ids),
+            )
             if self.metrics:
                 self.metrics.enact_actions.labels(a.verb).inc(len(a.job_ids))
             results.append((a, "done"))
@@ -254,18 +305,30 @@ class Enactor:
             if actions[i].verb != PIN_VERB:
                 break
             batch.append(i)
-        ids = {i: self.state.intend_many(round_index, actions[i].job_ids, PIN_VERB, actions[i].value, restart_counts)
-               for i in batch}
+        ids = {
+            i: self.state.intend_many(round_index, actions[i].job_ids, PIN_VERB, actions[i].value, restart_counts)
+            for i in batch
+        }
         try:
-            failed = self.cli.scontrol_update_jobs([(j, {"NodeList": actions[i].value})
-                                                    for i in batch for j in actions[i].job_ids])
-        except Exception as e:  # noqa: BLE001 - every pin of the call failed with it
+            failed = self.cli.scontrol_update_jobs(
+                [(j, {"NodeList": actions[i].value}) for i in batch for j in actions[i].job_ids]
+            )
+        except Exception as e:  # noqa: BLE001 - every pin of the call failed with it: returned, journalled, logged
             return {i: (ids[i], e) for i in batch}
         out = {}
         for i in batch:
             errors = [failed[int(j)] for j in actions[i].job_ids if int(j) in failed]
-            out[i] = (ids[i], SlurmError(f"NodeList={actions[i].value}: {errors[0]}", cmd=["scontrol"], returncode=1,
-                                         stderr="\n".join(errors)) if errors else None)
+            out[i] = (
+                ids[i],
+                SlurmError(
+                    f"NodeList={actions[i].value}: {errors[0]}",
+                    cmd=["scontrol"],
+                    returncode=1,
+                    stderr="\n".join(errors),
+                )
+                if errors
+                else None,
+            )
         return out
 
     def _call(self, a: Action) -> None:
@@ -285,21 +348,21 @@ class Enactor:
                 self.cli.scontrol_update(ids, StartTime="now")
             except Exception as e:  # noqa: BLE001 - best effort, logged
                 log.debug("StartTime=now on %s failed: %s", ids, e)
-            self.cli.scontrol_update(ids, AdminComment=a.value)      # not ours any more, after the release
+            self.cli.scontrol_update(ids, AdminComment=a.value)  # not ours any more, after the release
         elif a.verb == Verb.MARK:
             self.cli.scontrol_update(ids, AdminComment=a.value)
         elif a.verb == Verb.SIGNAL:
             self.cli.signal(ids, a.value, scope="batch")
         elif a.verb == Verb.REQUEUE_HOLD:
-            self.cli.scontrol_update(ids, AdminComment=a.value)      # ours, before we act
+            self.cli.scontrol_update(ids, AdminComment=a.value)  # ours, before we act
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
         elif a.verb == Verb.UPDATE_GPUS:
             self.cli.scontrol_update(ids, TresPerNode=f"gres:gpu:{a.value}")
-        elif a.verb == Verb.PLACE_TRES:          # a pending job to the GPU type its round placed it on (gpu_types.py)
+        elif a.verb == Verb.PLACE_TRES:  # a pending job to the GPU type its round placed it on (gpu_types.py)
             self.cli.scontrol_update(ids, TresPerNode=a.value)
-        elif a.verb == Verb.PLACE_FEATURES:      # the same on Slurm < 23.11: the nodes carry their type as a Feature
+        elif a.verb == Verb.PLACE_FEATURES:  # the same on Slurm < 23.11: the nodes carry their type as a Feature
             self.cli.scontrol_update(ids, Features=a.value)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

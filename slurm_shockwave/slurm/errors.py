@@ -1,8 +1,9 @@
 """Errors raised by the Slurm CLI layer."""
+
 from __future__ import annotations
 
 import shlex
-from typing import Sequence
+from collections.abc import Sequence
 
 from slurm_shockwave.backends.base import BackendUnavailable
 
@@ -20,16 +21,14 @@ class SlurmError(BackendUnavailable):
     list or None), ``returncode`` (None when the command did not finish), ``stderr``.
     """
 
-    def __init__(self, message: str, cmd: Sequence[str] | None = None,
-                 returncode: int | None = None, stderr: str = ""):
+    def __init__(self, message: str, cmd: Sequence[str] | None = None, returncode: int | None = None, stderr: str = ""):
         self.cmd = list(cmd) if cmd is not None else None
         self.returncode = returncode
         self.stderr = stderr or ""
         super().__init__(one_line(message, limit=1000))
 
     @classmethod
-    def from_command(cls, cmd: Sequence[str], returncode: int | None, stderr: str,
-                     what: str = "failed") -> "SlurmError":
+    def from_command(cls, cmd: Sequence[str], returncode: int | None, stderr: str, what: str = "failed") -> SlurmError:
         rc = f" (rc={returncode})" if returncode is not None else ""
         detail = one_line(stderr)
         msg = f"`{shlex.join(cmd)}` {what}{rc}" + (f": {detail}" if detail else "")
@@ -43,5 +42,4 @@ class SlurmTimeout(SlurmError):
 def unreachable(exc: Exception) -> bool:
     """Did this call fail because slurmctld did not answer (rather than because of what it was asked)?"""
     text = str(exc).lower()
-    return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or \
-        "connection refused" in text
+    return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or "connection refused" in text

@@ -8,6 +8,7 @@ or ``[weights] from_slurm = false``, the weights alone are the budgets and the c
 GPU-seconds each user's and account's managed jobs held, measured from squeue's start/end times at each round
 over the last ``[weights] window_seconds`` (time a preempted job ran after the round's look is not seen).
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,10 +27,10 @@ class FairShareRound:
         self.budgets = Budgets()
         self.source, self.note = "config", "not read yet"
         self._weights = None
-        self._counted: dict = {}          # (job, restart count) -> time its GPU-time is counted to
-        self._buckets: deque = deque()    # (time, {(account, user): GPU-seconds})
+        self._counted: dict = {}  # (job, restart count) -> time its GPU-time is counted to
+        self._buckets: deque = deque()  # (time, {(account, user): GPU-seconds})
         self._last_error = ""
-        self._jobs: dict = {}             # (account, user) -> its managed jobs this round
+        self._jobs: dict = {}  # (account, user) -> its managed jobs this round
 
     # ------------------------------------------------------------------ per round
     def refresh(self, weights, jobs, now: float) -> None:
@@ -54,8 +55,9 @@ class FairShareRound:
                 else:
                     self.budgets, self.source = compute(rows, active), "slurm"
                     if self.budgets.missing:
-                        self.note = ("not in sshare (budget 1): " +
-                                     ", ".join(f"{u}/{a or '-'}" for a, u in self.budgets.missing[:5]))
+                        self.note = "not in sshare (budget 1): " + ", ".join(
+                            f"{u}/{a or '-'}" for a, u in self.budgets.missing[:5]
+                        )
                 self._last_error = ""
             except Exception as e:  # noqa: BLE001 - reading shares never stops a round (SharesError, SlurmError, ...)
                 self.note = f"cannot read shares: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}"
@@ -110,20 +112,40 @@ class FairShareRound:
         users = []
         for (account, user), n in sorted(jobs_by_association.items()):
             ln = slurm.get((account, user))
-            users.append(Share(user=user, account=account, jobs=n,
-                                   raw_shares=ln.raw_shares if ln else None, share=ln.share if ln else None,
-                                   usage=ln.usage if ln else None, raw_usage=ln.raw_usage if ln else None,
-                                   budget=weights[(account, user)] / total, weight=weights[(account, user)],
-                                   gpu_s=gpu.get((account, user), 0.0)))
+            users.append(
+                Share(
+                    user=user,
+                    account=account,
+                    jobs=n,
+                    raw_shares=ln.raw_shares if ln else None,
+                    share=ln.share if ln else None,
+                    usage=ln.usage if ln else None,
+                    raw_usage=ln.raw_usage if ln else None,
+                    budget=weights[(account, user)] / total,
+                    weight=weights[(account, user)],
+                    gpu_s=gpu.get((account, user), 0.0),
+                )
+            )
         budget = {(u.account, u.user): u.budget for u in users}
-        accounts = [Share(account=ln.account, raw_shares=ln.raw_shares, share=ln.share, usage=ln.usage,
-                                 raw_usage=ln.raw_usage, budget=sum(budget.get(k, 0.0) for k in ln.members),
-                                 gpu_s=sum(gpu.get(k, 0.0) for k in ln.members)) for ln in self.budgets.accounts]
+        accounts = [
+            Share(
+                account=ln.account,
+                raw_shares=ln.raw_shares,
+                share=ln.share,
+                usage=ln.usage,
+                raw_usage=ln.raw_usage,
+                budget=sum(budget.get(k, 0.0) for k in ln.members),
+                gpu_s=sum(gpu.get(k, 0.0) for k in ln.members),
+            )
+            for ln in self.budgets.accounts
+        ]
         if self.source != "slurm":
             for a in sorted({u.account for u in users}):
                 mine = [k for k in budget if k[0] == a]
-                accounts.append(Share(account=a, budget=sum(budget[k] for k in mine),
-                                             gpu_s=sum(gpu.get(k, 0.0) for k in mine)))
+                accounts.append(
+                    Share(account=a, budget=sum(budget[k] for k in mine), gpu_s=sum(gpu.get(k, 0.0) for k in mine))
+                )
         window = float(self._weights.window_seconds) if self._weights is not None else 0.0
-        return FairShare(source=self.source, note=self.note, window_s=window, users=tuple(users),
-                         accounts=tuple(accounts))
+        return FairShare(
+            source=self.source, note=self.note, window_s=window, users=tuple(users), accounts=tuple(accounts)
+        )

@@ -16,18 +16,18 @@ round placed on a type is steered there before its release.
   23.02.6).  A job with a constraint of its own, or (TresPerNode) whose request has other GRES or is not per node,
   or (Features) placed on a type whose nodes do not carry it as a Feature (and only they), is left to Slurm.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import re
 
-from solver.types import GPU
-
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
 from slurm_shockwave.slurm.shapes import feature_list as _features
+from solver.types import GPU
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -40,7 +40,9 @@ VERBS = (Verb.PLACE_TRES, Verb.PLACE_FEATURES)
 
 def split_top(spec: str) -> list[str]:
     """Split on commas that are not inside parentheses (``gpu:2(IDX:0,2)`` stays whole)."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in spec:
         if ch == "(":
             depth += 1
@@ -64,7 +66,7 @@ def gpu_entry(item: str) -> tuple[str | None, int] | None:
     item = item.replace("(null)", "").split("(", 1)[0]
     for prefix in ("gres:", "gres/"):
         if item.startswith(prefix):
-            item = item[len(prefix):]
+            item = item[len(prefix) :]
     if "=" in item:
         item, count_s = item.split("=", 1)
         item = f"{item}:{count_s}"
@@ -138,8 +140,9 @@ class GpuTypes:
     def typed(self) -> bool:
         return len(self.capacity) > 1
 
-    def observe(self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set,
-                partition: str | None) -> dict[str, int]:
+    def observe(
+        self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set, partition: str | None
+    ) -> dict[str, int]:
         """{type: GPUs for managed jobs}: the partition's available nodes per type, less the running unmanaged jobs'
         (on their type; of unknown type: on the type with the most)."""
         total: dict[str, int] = {}
@@ -160,10 +163,10 @@ class GpuTypes:
         for j in jobs:
             if j.job_id in managed_ids or j.state != "RUNNING" or j.gpus <= 0 or not in_partition(j, partition):
                 continue
-            t = self.running_type(j)
-            t = t if t in total else max(total, key=lambda k: total[k], default=None)
-            if t is not None:
-                total[t] = max(0, total[t] - j.gpus)
+            rt = self.running_type(j)
+            rt = rt if rt in total else max(total, key=lambda k: total[k], default=None)
+            if rt is not None:
+                total[rt] = max(0, total[rt] - j.gpus)
         self.placed = {k: v for k, v in self.placed.items() if k in self.jobs}
         self.ours = {k: v for k, v in self.ours.items() if k in self.jobs}
         self.capacity = total or {GPU: 0}
@@ -223,9 +226,9 @@ class GpuTypes:
             if job is None or job.state != "PENDING" or len(by) != 1 or self.pinned(job) is not None:
                 continue
             t, feats = next(iter(by)), _features(job.features)
-            own = len(feats) == 1 and feats[0] in self.ours.get(jid, ())      # a constraint we wrote
+            own = len(feats) == 1 and feats[0] in self.ours.get(jid, ())  # a constraint we wrote
             if t == GPU or not _TYPE_RE.match(str(t)) or (feats and not own):
-                continue                      # a constraint of the user's own could exclude the type's nodes
+                continue  # a constraint of the user's own could exclude the type's nodes
             if tres:
                 _typ, single = request_type(job.gpu_request)
                 n = wanted.get(jid) or job.gpus_per_node

@@ -17,6 +17,7 @@ Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..1
 ``epoch_s`` (seconds per epoch at ``bs``) 10^-3..10^7 (a positive but subnormal value such as 1e-320 would make
 the job's throughput infinite), ``gpus`` 1..the partition's GPUs.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,9 +45,9 @@ def _rest_after_marker(comment, marker: str):
         return None
     text = comment.lstrip()
     m = marker.strip()
-    if len(text) < len(m) or text[:len(m)].casefold() != m.casefold():
+    if len(text) < len(m) or text[: len(m)].casefold() != m.casefold():
         return None
-    rest = text[len(m):]
+    rest = text[len(m) :]
     if rest and not (rest[0].isspace() or rest[0] in SEPARATORS):
         return None
     return rest
@@ -68,19 +69,17 @@ def _model():
     """The pydantic model, built on first use (keeps this module importable without pydantic)."""
     global _MODEL
     if _MODEL is None:
-        from typing import Optional
-
         from pydantic import BaseModel, ConfigDict, Field, model_validator
 
         class Hints(BaseModel):
             model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
-            epochs: Optional[int] = Field(None, ge=1, le=MAX_EPOCHS)
-            bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
-            min_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
-            max_bs: Optional[int] = Field(None, ge=1, le=MAX_BATCH)
-            samples: Optional[int] = Field(None, ge=1, le=MAX_SAMPLES)
-            epoch_s: Optional[float] = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
-            gpus: Optional[int] = Field(None, ge=1)
+            epochs: int | None = Field(None, ge=1, le=MAX_EPOCHS)
+            bs: int | None = Field(None, ge=1, le=MAX_BATCH)
+            min_bs: int | None = Field(None, ge=1, le=MAX_BATCH)
+            max_bs: int | None = Field(None, ge=1, le=MAX_BATCH)
+            samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
+            epoch_s: float | None = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
+            gpus: int | None = Field(None, ge=1)
 
             @model_validator(mode="after")
             def _order(self):
@@ -129,6 +128,7 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
     from pydantic import ValidationError
 
     from slurm_shockwave.validation import describe
+
     try:
         hints = _model()(**values)
     except ValidationError as e:

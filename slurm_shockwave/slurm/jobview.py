@@ -10,17 +10,18 @@ capacity (running) and demand (pending), and the per-round snapshot that `status
   unmanaged jobs (Slurm's own multifactor order) > deferred managed jobs (held).  Unmanaged running jobs
   shrink the managed capacity until their end (estimated from their time limit).
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import os
-
-from solver.types import JobView
+from typing import Any
 
 from slurm_shockwave.journal.context import JobContext, Unmanaged, UnmanagedJob
 from slurm_shockwave.journal.record import SHORT_HISTORY
 from slurm_shockwave.slurm.models import FINISHED_STATES, SlurmJob, in_partition
+from solver.types import JobView
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -51,18 +52,31 @@ def epoch_durations(p, marker: dict, job, total: int, bs: int, history: dict, ro
     if history:
         hist = {b: d for b, (d, _n) in history.items()}
         n = sum(n for _d, n in history.values())
-        if bs not in hist:       # nearest batch size, scaled by the steps per epoch (same samples per epoch)
+        if bs not in hist:  # nearest batch size, scaled by the steps per epoch (same samples per epoch)
             near = min(hist, key=lambda b: abs(math.log(b / bs)))
             hist[bs] = hist[near]
         return hist, "history", f"{n} epoch(s) of finished jobs of this user and program"
     if job.time_limit:
-        return ({bs: max(1.0, job.time_limit * 60.0 / max(total, 1))}, "time_limit",
-                f"time limit {job.time_limit} min over {total} epochs (an upper bound)")
+        return (
+            {bs: max(1.0, job.time_limit * 60.0 / max(total, 1))},
+            "time_limit",
+            f"time limit {job.time_limit} min over {total} epochs (an upper bound)",
+        )
     return {bs: float(round_length)}, "default", "no information: one round per epoch"
 
 
-def build(job: SlurmJob, marker: dict, p, now: float, *, round_length: float, weight: float, arrival: float,
-          history: dict, gpu_type: str | None = None) -> tuple[JobView, JobContext]:
+def build(
+    job: SlurmJob,
+    marker: dict,
+    p,
+    now: float,
+    *,
+    round_length: float,
+    weight: float,
+    arrival: float,
+    history: dict,
+    gpu_type: str | None = None,
+) -> tuple[JobView, JobContext]:
     """(JobView, context) of one managed job; the context is what status/explain show beside the view.  `gpu_type`:
     the type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py)."""
     bs = p.batch_size or marker.get("bs") or 1
@@ -73,27 +87,60 @@ def build(job: SlurmJob, marker: dict, p, now: float, *, round_length: float, we
     spe = math.ceil(samples / bs)
     throughput = spe / epoch_s if epoch_s > 0 else 1.0
     view = JobView(
-        job_id=job.job_id, arrival_time=arrival, num_gpus=max(job.gpus, 1), batch_size=bs,
-        epochs_done=p.epochs_done, total_epochs=total, samples_per_epoch=samples,
-        steps_done=p.epochs_done * spe, total_steps=total * spe, throughput=throughput,
-        epoch_duration_by_bs=durations, bs_history=tuple(p.bs_per_epoch),
-        user=job.user, account=job.account, weight=weight, mode="unknown", job_type=job.name,
-        min_batch_size=p.min_batch_size or marker.get("min_bs"), max_batch_size=p.max_batch_size or
-        marker.get("max_bs"), ran_last_round=job.state == "RUNNING", gpu_type=gpu_type,
-        run_time=sum(durations.get(b, epoch_s) * n for b, n in (p.bs_runs     # O(runs)
-                                                                 or [(b, 1) for b in p.bs_per_epoch])))
+        job_id=job.job_id,
+        arrival_time=arrival,
+        num_gpus=max(job.gpus, 1),
+        batch_size=bs,
+        epochs_done=p.epochs_done,
+        total_epochs=total,
+        samples_per_epoch=samples,
+        steps_done=p.epochs_done * spe,
+        total_steps=total * spe,
+        throughput=throughput,
+        epoch_duration_by_bs=durations,
+        bs_history=tuple(p.bs_per_epoch),
+        user=job.user,
+        account=job.account,
+        weight=weight,
+        mode="unknown",
+        job_type=job.name,
+        min_batch_size=p.min_batch_size or marker.get("min_bs"),
+        max_batch_size=p.max_batch_size or marker.get("max_bs"),
+        ran_last_round=job.state == "RUNNING",
+        gpu_type=gpu_type,
+        run_time=sum(
+            durations.get(b, epoch_s) * n
+            for b, n in (
+                p.bs_runs  # O(runs)
+                or [(b, 1) for b in p.bs_per_epoch]
+            )
+        ),
+    )
     warnings = []
     if not job.requeue:
-        warnings.append("submitted with --no-requeue: cannot be preempted safely (it is only held or released, "
-                        "never checkpointed and requeued)")
+        warnings.append(
+            "submitted with --no-requeue: cannot be preempted safely (it is only held or released, "
+            "never checkpointed and requeued)"
+        )
     for key, c in (p.hint_conflicts or {}).items():
-        warnings.append(f"hint {key}={c.get('hint')} disagrees with the job's report {c.get('reported')} "
-                        "(the report is used)")
-    meta = JobContext(slurm_state="HELD" if job.held else job.state, name=job.name, program=program_of(job),
-                      submit_time=arrival, slurm_submit_time=job.submit_time, time_limit_min=job.time_limit,
-                      start_time=job.start_time, restarts=job.restart_count, eta_source=source,
-                      eta_confidence=SOURCES[source], eta_detail=detail, warnings=tuple(warnings),
-                      requeue=bool(job.requeue))
+        warnings.append(
+            f"hint {key}={c.get('hint')} disagrees with the job's report {c.get('reported')} (the report is used)"
+        )
+    meta = JobContext(
+        slurm_state="HELD" if job.held else job.state,
+        name=job.name,
+        program=program_of(job),
+        submit_time=arrival,
+        slurm_submit_time=job.submit_time,
+        time_limit_min=job.time_limit,
+        start_time=job.start_time,
+        restarts=job.restart_count,
+        eta_source=source,
+        eta_confidence=SOURCES[source],
+        eta_detail=detail,
+        warnings=tuple(warnings),
+        requeue=bool(job.requeue),
+    )
     return view, meta
 
 
@@ -101,10 +148,52 @@ def job_summary(v: JobView, meta: JobContext | None = None) -> dict:
     """What the jobs table keeps of a managed job (status shows it after the job left the queue; the history
     of finished jobs feeds the next jobs' ETAs).  The exact view decided on is in the round record."""
     short = list(v.bs_history) if len(v.bs_history) <= SHORT_HISTORY else None
-    return {"batch_size": v.batch_size, "epochs_done": v.epochs_done, "total_epochs": v.total_epochs,
-            "weight": v.weight, "gpus": v.num_gpus, "arrival": v.arrival_time, "bs_history": short,
-            "epoch_duration_by_bs": {str(k): d for k, d in v.epoch_duration_by_bs.items()},
-            "min_bs": v.min_batch_size, "max_bs": v.max_batch_size, **(meta.to_json() if meta else {})}
+    return {
+        "batch_size": v.batch_size,
+        "epochs_done": v.epochs_done,
+        "total_epochs": v.total_epochs,
+        "weight": v.weight,
+        "gpus": v.num_gpus,
+        "arrival": v.arrival_time,
+        "bs_history": short,
+        "epoch_duration_by_bs": {str(k): d for k, d in v.epoch_duration_by_bs.items()},
+        "min_bs": v.min_batch_size,
+        "max_bs": v.max_batch_size,
+        **(meta.to_json() if meta else {}),
+    }
+
+
+def job_rows(jobs: list[SlurmJob], views: list[JobView], meta: dict[int, JobContext]) -> list[dict[str, Any]]:
+    """The journal's rows (StateStore.upsert_jobs) of the managed jobs and their views (the same order)."""
+    return [
+        {
+            "job_id": str(j.job_id),
+            "user": j.user,
+            "account": j.account,
+            "gpus": max(j.gpus, 1),
+            "state": ("HELD" if j.held else j.state),
+            "submit_time": j.submit_time,
+            "restarts": j.restart_count,
+            "view": job_summary(v, meta.get(j.job_id)),
+        }
+        for j, v in zip(jobs, views, strict=True)
+    ]
+
+
+def quarantine_rows(jobs: dict[int, SlurmJob], reasons: dict[int, str]) -> list[dict[str, Any]]:
+    """The journal's rows (StateStore.set_quarantined) of the quarantined jobs, with their reasons."""
+    return [
+        {
+            "job_id": jid,
+            "user": j.user,
+            "account": j.account,
+            "gpus": j.gpus,
+            "submit_time": j.submit_time,
+            "restarts": j.restart_count,
+            "reason": reasons[jid],
+        }
+        for jid, j in jobs.items()
+    ]
 
 
 def unmanaged(jobs: list[SlurmJob], managed_ids: set, partition: str | None, now: float) -> Unmanaged:
@@ -116,23 +205,45 @@ def unmanaged(jobs: list[SlurmJob], managed_ids: set, partition: str | None, now
             continue
         if j.state == "RUNNING":
             end = (j.start_time + j.time_limit * 60) if j.start_time and j.time_limit else None
-            running.append(UnmanagedJob(job_id=j.job_id, user=j.user, gpus=j.gpus, start_time=j.start_time,
-                                            expected_end=end, name=j.name))
+            running.append(
+                UnmanagedJob(
+                    job_id=j.job_id, user=j.user, gpus=j.gpus, start_time=j.start_time, expected_end=end, name=j.name
+                )
+            )
         elif j.state == "PENDING":
             pending.append(j)
     pending.sort(key=lambda j: (j.held, -(j.priority or 0), j.submit_time or 0, j.job_id))
-    waiting = tuple(UnmanagedJob(job_id=j.job_id, user=j.user, gpus=j.gpus, priority=j.priority, held=j.held,
-                                     submit_time=j.submit_time, name=j.name, position=i + 1)
-                    for i, j in enumerate(pending))
-    return Unmanaged(running=tuple(running), pending=waiting, running_gpus=sum(r.gpus for r in running),
-                     pending_gpus=sum(r.gpus for r in waiting if not r.held))
+    waiting = tuple(
+        UnmanagedJob(
+            job_id=j.job_id,
+            user=j.user,
+            gpus=j.gpus,
+            priority=j.priority,
+            held=j.held,
+            submit_time=j.submit_time,
+            name=j.name,
+            position=i + 1,
+        )
+        for i, j in enumerate(pending)
+    )
+    return Unmanaged(
+        running=tuple(running),
+        pending=waiting,
+        running_gpus=sum(r.gpus for r in running),
+        pending_gpus=sum(r.gpus for r in waiting if not r.held),
+    )
 
 
 def ended_managed(jobs, is_managed, state) -> list:
     """Managed jobs the state still counts as active that Slurm now lists as finished (their final state)."""
     active = {r["job_id"] for r in state.jobs()}
-    return [(j, m) for j in jobs if j.state in FINISHED_STATES and str(j.job_id) in active
-            for m in [is_managed(j)] if m is not None]
+    return [
+        (j, m)
+        for j in jobs
+        if j.state in FINISHED_STATES and str(j.job_id) in active
+        for m in [is_managed(j)]
+        if m is not None
+    ]
 
 
 def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None:
@@ -141,7 +252,7 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
     (user, program) for the next jobs' ETAs."""
     rows = {r["job_id"]: r for r in state.jobs()}
     listed = {str(j.job_id): j for j, _m in ended}
-    final = {}
+    final: dict[str, tuple[str, dict[str, Any] | None]] = {}
     for jid in gone:
         row = rows.get(jid)
         if row is None:
@@ -167,11 +278,17 @@ def finish_gone(state, gone: list, ended: list, progress_of, now: float) -> None
         end_state = j.state if j is not None else "FINISHED"
         done, total = int(v.get("epochs_done") or 0), int(v.get("total_epochs") or 0)
         v["final_state"] = end_state
-        reported = bool(p is not None and (p.started or p.epochs_done)) or \
-            v.get("eta_source") == "events"
-        v["ended_early"] = bool(reported and total and done < total and (j is None or j.state == "COMPLETED" or
-                                                            end_state in ("FAILED", "TIMEOUT", "NODE_FAIL",
-                                                                          "OUT_OF_MEMORY", "PREEMPTED")))
+        reported = bool(p is not None and (p.started or p.epochs_done)) or v.get("eta_source") == "events"
+        v["ended_early"] = bool(
+            reported
+            and total
+            and done < total
+            and (
+                j is None
+                or j.state == "COMPLETED"
+                or end_state in ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+            )
+        )
         v["finished_at"] = now
         final[jid] = (end_state, v)
         if durations and row.get("user"):

@@ -1,5 +1,6 @@
 """Plain, immutable views of Slurm jobs and nodes (built by :mod:`.parse` from the typed
 records of :mod:`.shapes`, for every supported Slurm version)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,14 +10,22 @@ from dataclasses import dataclass
 HELD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state"})
 
 #: job states after which a job never runs again (unless requeued by an admin)
-FINISHED_STATES = frozenset({
-    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-    "DEADLINE", "OUT_OF_MEMORY",
-})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 
 #: job states of a job that may still run (what the controller plans, polls and uninstall releases)
-ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                           "SUSPENDED"})
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
 def in_partition(job, partition: str | None) -> bool:
@@ -91,10 +100,10 @@ class SlurmJob:
     admin_comment: str = ""
     problem: str | None = None
     state_flags: tuple[str, ...] = ()
-    required_nodes: str = ""        # the nodes it must run on (``--nodelist``/``-w``, or a pin), hostlist syntax
-    gpu_request: str = ""           # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
-    gpu_type: str | None = None     # the one GPU type its request names (None: any)
-    features: str = ""              # its constraint (``--constraint``), as Slurm prints it (a list: comma-joined)
+    required_nodes: str = ""  # the nodes it must run on (``--nodelist``/``-w``, or a pin), hostlist syntax
+    gpu_request: str = ""  # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
+    gpu_type: str | None = None  # the one GPU type its request names (None: any)
+    features: str = ""  # its constraint (``--constraint``), as Slurm prints it (a list: comma-joined)
 
     @property
     def pending(self) -> bool:

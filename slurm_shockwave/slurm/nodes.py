@@ -18,17 +18,17 @@ round placed on nodes is pinned there before its release.
   by the reconcile like one that lost its round (held, signalled, requeued held), and pinned to its new nodes when
   a later round runs it; a job whose user asked for its nodes never moves.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import re
 
-from solver.types import GPU
-
 from slurm_shockwave.slurm.enact import PIN_VERB, Action
 from slurm_shockwave.slurm.gpu_types import gpu_entry
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, node_in_partition
+from solver.types import GPU
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -49,7 +49,7 @@ def _expand_one(name: str) -> list[str]:
     body, close, tail = rest.partition("]")
     if not close:
         raise ValueError(f"unclosed bracket in {name!r}")
-    values = []
+    values: list[str] = []
     for item in body.split(","):
         m = _RANGE_RE.match(item.strip())
         if not m:
@@ -60,7 +60,7 @@ def _expand_one(name: str) -> list[str]:
         width = len(lo) if lo.startswith("0") else 0
         values.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
     tails = _expand_one(tail)
-    if len(values) * len(tails) > MAX_HOSTS:          # checked before the product is built
+    if len(values) * len(tails) > MAX_HOSTS:  # checked before the product is built
         raise ValueError(f"{name[:60]!r} names more than {MAX_HOSTS} nodes")
     return [f"{head}{v}{t}" for v in values for t in tails]
 
@@ -104,10 +104,9 @@ def per_node_gpus(job, nodes: tuple) -> dict[str, int]:
     else its total spread over its nodes (the first ones take the remainder)."""
     if not nodes or job.gpus <= 0:
         return {}
-    detail = [gpu_entry(d) for d in job.gres_detail]
-    detail = [e for e in detail if e is not None]
+    detail = [e for e in (gpu_entry(d) for d in job.gres_detail) if e is not None]
     if len(detail) == len(nodes):
-        return {n: c for n, (_t, c) in zip(nodes, detail)}
+        return {n: c for n, (_t, c) in zip(nodes, detail, strict=True)}
     if job.gpus_per_node:
         return {n: int(job.gpus_per_node) for n in nodes}
     share, extra = divmod(int(job.gpus), len(nodes))
@@ -139,8 +138,9 @@ class NodePins:
         self.jobs: dict = {}
         self._warned = False
 
-    def observe(self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set,
-                partition: str | None) -> dict[str, tuple[str, int]]:
+    def observe(
+        self, nodes: list[SlurmNode], jobs: list[SlurmJob], managed_ids: set, partition: str | None
+    ) -> dict[str, tuple[str, int]]:
         """ClusterView.nodes: {node: (type, GPUs for managed jobs)}; {} when a node has several GPU types."""
         view: dict[str, tuple[str, int]] = {}
         self.jobs = {j.job_id: j for j in jobs if j.job_id in managed_ids}
@@ -152,13 +152,16 @@ class NodePins:
             by = {t: c for t, c in n.by_type if c > 0} or ({GPU: n.gpus} if n.gpus else {})
             if len(by) > 1:
                 if not self._warned:
-                    log.warning("node %s has GPUs of several types (%s): jobs are not pinned to nodes", n.name,
-                                ", ".join(sorted(by)))
+                    log.warning(
+                        "node %s has GPUs of several types (%s): jobs are not pinned to nodes",
+                        n.name,
+                        ", ".join(sorted(by)),
+                    )
                     self._warned = True
                 self.view = {}
                 return {}
             if by:
-                (t, c), = by.items()
+                ((t, c),) = by.items()
                 view[n.name] = (t, int(c))
         for j in jobs:
             if j.job_id in managed_ids or j.state != "RUNNING" or j.gpus <= 0:
@@ -203,9 +206,11 @@ class NodePins:
                 continue
             want = tuple(assigned.get(jid) or ())
             have = frozenset(_nodes_of(job.required_nodes))
-            if want and (not all(_NAME_RE.match(str(n)) for n in want) or
-                         (job.gpus_per_node and len(want) != max(job.num_nodes, 1))):
-                continue                      # a per-node request on another node count would change its GPUs
+            if want and (
+                not all(_NAME_RE.match(str(n)) for n in want)
+                or (job.gpus_per_node and len(want) != max(job.num_nodes, 1))
+            ):
+                continue  # a per-node request on another node count would change its GPUs
             if frozenset(want) == have:
                 continue
             groups.setdefault(pin_value(want), []).append(jid)
@@ -240,5 +245,8 @@ def assigned_nodes(decision) -> dict[int, tuple]:
 
 def our_pins_to_clear(live, ours: dict) -> list[int]:
     """Uninstall: the pending jobs whose required node list is one the controller wrote (`ours`: journal_pins)."""
-    return sorted(j.job_id for j in live if j.state == "PENDING" and j.job_id in ours
-                  and frozenset(_nodes_of(j.required_nodes)) in ours[j.job_id])
+    return sorted(
+        j.job_id
+        for j in live
+        if j.state == "PENDING" and j.job_id in ours and frozenset(_nodes_of(j.required_nodes)) in ours[j.job_id]
+    )

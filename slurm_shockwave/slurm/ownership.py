@@ -16,6 +16,7 @@ Text: ``shockwave:held <short reason>``; an AdminComment an admin set before is 
 ``<theirs> | shockwave:held deferred`` (and restored when the mark is cleared).  Only this module writes
 or reads the mark (`format_mark`, `parse_mark`, `marked`, `unmarked`).
 """
+
 from __future__ import annotations
 
 import re
@@ -30,9 +31,9 @@ _UNSAFE = re.compile(r"[^\x20-\x7e]|\|")
 
 @dataclass(frozen=True)
 class Mark:
-    status: str          # held
+    status: str  # held
     reason: str = ""
-    foreign: str = ""    # an AdminComment that was there before ours
+    foreign: str = ""  # an AdminComment that was there before ours
 
 
 def _clean(text: str, limit: int) -> str:
@@ -55,7 +56,7 @@ def parse_mark(text) -> Mark | None:
     if not sep:
         if not text.startswith(PREFIX):
             return None
-        foreign, ours = "", text[len(PREFIX):]
+        foreign, ours = "", text[len(PREFIX) :]
     status, _, reason = ours.partition(" ")
     if status not in STATUSES:
         return None

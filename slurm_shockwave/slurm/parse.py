@@ -28,23 +28,38 @@ Only a wholly unreadable output raises :class:`SlurmError` (not JSON, ``errors``
 list): one bad record yields a job with ``problem`` set (or is skipped when even its id is
 unreadable), so the caller can quarantine that job instead of failing the round.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pydantic import ValidationError
 
-from slurm_shockwave.validation import describe
 from slurm_shockwave.slurm.errors import SlurmError, one_line
-from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry, gpus_by_type, request_type
+from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry
+from slurm_shockwave.slurm.gpu_types import gpus_by_type, request_type
 from slurm_shockwave.slurm.gpu_types import split_top as _split_top
 from slurm_shockwave.slurm.models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
-from slurm_shockwave.slurm.shapes import (JobRecord, Meta, NodeRecord, SprioRow, check_job_fields, check_node_fields,
-                     check_version, job_state_of, log, node_state_of, output_version, warn_once)
+from slurm_shockwave.slurm.shapes import (
+    JobRecord,
+    Meta,
+    NodeRecord,
+    SprioRow,
+    check_job_fields,
+    check_node_fields,
+    check_version,
+    job_state_of,
+    log,
+    node_state_of,
+    output_version,
+    warn_once,
+)
+from slurm_shockwave.validation import describe
 
-_UINT32 = 2 ** 32
-_INT32_MAX = 2 ** 31 - 1
+_UINT32 = 2**32
+_INT32_MAX = 2**31 - 1
 
 
 def parse_gpu_count(spec: str | None) -> int | None:
@@ -104,8 +119,10 @@ def _load_data(text: str | bytes, what: str, key: str) -> tuple[list, Meta]:
     meta = output_version(data)
     if not isinstance(items, list):
         if key == "nodes" and isinstance(data.get("sinfo"), list):
-            raise NoNodeList(f"{what}: Slurm {meta.release or '>= 23'} `sinfo --json` has no per-node list; "
-                             "read nodes with `scontrol show nodes --json`")
+            raise NoNodeList(
+                f"{what}: Slurm {meta.release or '>= 23'} `sinfo --json` has no per-node list; "
+                "read nodes with `scontrol show nodes --json`"
+            )
         raise SlurmError(f"{what}: no '{key}' list in output")
     check_version(meta, what)
     return items, meta
@@ -140,16 +157,43 @@ def _validation_line(exc: ValidationError) -> str:
 
 def _problem_job(job_id: int, raw: dict, problem: str) -> SlurmJob:
     """A stand-in for a record that could not be read: only the id is trusted."""
+
     def text(key: str) -> str:
         v = raw.get(key)
         return v if isinstance(v, str) else ""
+
     return SlurmJob(
-        job_id=job_id, name=text("name"), user=text("user_name"), user_id=None, account=text("account"),
-        partition=text("partition"), state="UNKNOWN", state_reason="", gpus=0, gpus_per_node=None,
-        num_nodes=1, nodes="", priority=0, nice=0, submit_time=None, eligible_time=None,
-        start_time=None, end_time=None, restart_count=0, comment=text("comment"), requeue=False,
-        held=False, site_factor=None, command="", working_dir="", std_out="", std_err="",
-        time_limit=None, admin_comment=text("admin_comment"), problem=one_line(problem, 300))
+        job_id=job_id,
+        name=text("name"),
+        user=text("user_name"),
+        user_id=None,
+        account=text("account"),
+        partition=text("partition"),
+        state="UNKNOWN",
+        state_reason="",
+        gpus=0,
+        gpus_per_node=None,
+        num_nodes=1,
+        nodes="",
+        priority=0,
+        nice=0,
+        submit_time=None,
+        eligible_time=None,
+        start_time=None,
+        end_time=None,
+        restart_count=0,
+        comment=text("comment"),
+        requeue=False,
+        held=False,
+        site_factor=None,
+        command="",
+        working_dir="",
+        std_out="",
+        std_err="",
+        time_limit=None,
+        admin_comment=text("admin_comment"),
+        problem=one_line(problem, 300),
+    )
 
 
 def job_from_record(rec: JobRecord) -> SlurmJob:
@@ -163,17 +207,41 @@ def job_from_record(rec: JobRecord) -> SlurmJob:
     held = held or (state not in FINISHED_STATES and reason in HELD_REASONS)
     request = rec.tres_per_node or rec.tres_per_job or rec.tres_per_task
     return SlurmJob(
-        job_id=rec.job_id, name=rec.name, user=rec.user_name, user_id=rec.user_id,
-        account=rec.account, partition=rec.partition, state=state, state_reason=reason,
-        gpus=gpus, gpus_per_node=gpus_per_node, num_nodes=rec.node_count or 1, nodes=rec.nodes,
-        priority=priority, nice=_signed32(rec.nice), submit_time=_time(rec.submit_time),
-        eligible_time=_time(rec.eligible_time), start_time=_time(rec.start_time),
-        end_time=_time(rec.end_time), restart_count=rec.restart_cnt or 0, comment=rec.comment,
-        requeue=bool(rec.requeue), held=held, site_factor=None, command=rec.command,
-        working_dir=rec.current_working_directory, std_out=rec.standard_output,
-        std_err=rec.standard_error, time_limit=rec.time_limit, gres_detail=tuple(rec.gres_detail),
-        admin_comment=rec.admin_comment, problem=None, state_flags=flags,
-        required_nodes=rec.required_nodes, gpu_request=request, gpu_type=request_type(request)[0],
+        job_id=rec.job_id,
+        name=rec.name,
+        user=rec.user_name,
+        user_id=rec.user_id,
+        account=rec.account,
+        partition=rec.partition,
+        state=state,
+        state_reason=reason,
+        gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        num_nodes=rec.node_count or 1,
+        nodes=rec.nodes,
+        priority=priority,
+        nice=_signed32(rec.nice),
+        submit_time=_time(rec.submit_time),
+        eligible_time=_time(rec.eligible_time),
+        start_time=_time(rec.start_time),
+        end_time=_time(rec.end_time),
+        restart_count=rec.restart_cnt or 0,
+        comment=rec.comment,
+        requeue=bool(rec.requeue),
+        held=held,
+        site_factor=None,
+        command=rec.command,
+        working_dir=rec.current_working_directory,
+        std_out=rec.standard_output,
+        std_err=rec.standard_error,
+        time_limit=rec.time_limit,
+        gres_detail=tuple(rec.gres_detail),
+        admin_comment=rec.admin_comment,
+        problem=None,
+        state_flags=flags,
+        required_nodes=rec.required_nodes,
+        gpu_request=request,
+        gpu_type=request_type(request)[0],
         features=rec.features,
     )
 
@@ -186,8 +254,10 @@ def job_from_dict(raw: Any, meta: Meta | None = None) -> SlurmJob | None:
     """
     meta = meta or Meta()
     if not isinstance(raw, dict):
-        warn_once(f"squeue-record:{type(raw).__name__}", f"squeue --json: skipped a record that is not an object: "
-                  f"{one_line(repr(raw)[:120])}")
+        warn_once(
+            f"squeue-record:{type(raw).__name__}",
+            f"squeue --json: skipped a record that is not an object: {one_line(repr(raw)[:120])}",
+        )
         return None
     check_job_fields(raw, meta)
     try:
@@ -244,11 +314,19 @@ def node_from_dict(raw: Any, meta: Meta | None = None) -> SlurmNode | None:
         return None
     state, flags = node_state_of(rec.state, rec.state_flags)
     return SlurmNode(
-        name=rec.name, state=state, state_flags=flags,
-        gpus=parse_gpu_count(rec.gres) or 0, gpus_used=parse_gpu_count(rec.gres_used) or 0,
-        cpus=rec.cpus or 0, alloc_cpus=rec.alloc_cpus or 0, partitions=tuple(rec.partitions),
-        reason=rec.reason, address=rec.address, port=rec.port,
-        by_type=tuple(sorted(gpus_by_type(rec.gres).items())), features=rec.active_features or rec.features,
+        name=rec.name,
+        state=state,
+        state_flags=flags,
+        gpus=parse_gpu_count(rec.gres) or 0,
+        gpus_used=parse_gpu_count(rec.gres_used) or 0,
+        cpus=rec.cpus or 0,
+        alloc_cpus=rec.alloc_cpus or 0,
+        partitions=tuple(rec.partitions),
+        reason=rec.reason,
+        address=rec.address,
+        port=rec.port,
+        by_type=tuple(sorted(gpus_by_type(rec.gres).items())),
+        features=rec.active_features or rec.features,
     )
 
 
@@ -283,7 +361,8 @@ def parse_sprio_site(text: str) -> dict[int, int]:
             raise SlurmError(f"sprio: cannot parse line {line!r}")
         try:
             factor = float(parts[1])
-            row = SprioRow(job_id=int(parts[0]), site_factor=int(factor) if factor.is_integer() else factor)
+            site_factor = int(factor) if factor.is_integer() else factor  # a fraction: rejected (StrictInt)
+            row = SprioRow.model_validate({"job_id": int(parts[0]), "site_factor": site_factor})
         except (ValueError, OverflowError, ValidationError) as exc:
             raise SlurmError(f"sprio: cannot parse line {line!r}") from exc
         out[row.job_id] = row.site_factor
@@ -299,10 +378,10 @@ def parse_sbatch_parsable(text: str) -> int:
     return int(head)
 
 
-def filter_jobs(jobs: Iterable[SlurmJob], job_ids: Iterable[int] | None = None,
-                states: Iterable[str] | None = None) -> list[SlurmJob]:
+def filter_jobs(
+    jobs: Iterable[SlurmJob], job_ids: Iterable[int] | None = None, states: Iterable[str] | None = None
+) -> list[SlurmJob]:
     """Client-side filtering (22.05's ``squeue --json`` ignores ``-j``/``-t``)."""
     ids = {int(j) for j in job_ids} if job_ids is not None else None
     wanted = {s.upper() for s in states} if states is not None else None
-    return [j for j in jobs
-            if (ids is None or j.job_id in ids) and (wanted is None or j.state in wanted)]
+    return [j for j in jobs if (ids is None or j.job_id in ids) and (wanted is None or j.state in wanted)]

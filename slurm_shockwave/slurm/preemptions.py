@@ -8,6 +8,7 @@ solver/preemption.py (`wasted`): at most one round of work left, or restarted be
 The counts (preempted, kept, wasted and why) are kept in the controller state ("preemptions"), so they add up
 over restarts of the controller, and exported as the metric ``shockwave_preemptions_total{outcome}``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,7 +43,7 @@ class PreemptionLog:
         """A checkpoint signal was sent to this run of the job (a preemption starts)."""
         key = str(job_id)
         if key in self.open and self.open[key]["restart"] == restart:
-            return                                  # the same run signalled again (after a restart)
+            return  # the same run signalled again (after a restart)
         self._count("preempted")
         why = wasted(left_s, round_length)
         if why:
@@ -54,7 +55,7 @@ class PreemptionLog:
         left the queue.  `jobs`: job id -> SlurmJob of the jobs in the queue."""
         for key, entry in list(self.open.items()):
             if entry.get("boundary") is None:
-                entry["boundary"] = now                 # the first round after the signal starts now
+                entry["boundary"] = now  # the first round after the signal starts now
             j = jobs.get(int(key))
             if j is None or j.finished:
                 del self.open[key]
@@ -62,8 +63,9 @@ class PreemptionLog:
             if j.state != "RUNNING" or j.restart_count <= entry["restart"]:
                 continue
             del self.open[key]
-            why = None if entry.get("wasted") else wasted(None, round_length, j.start_time,
-                                                          math.floor(entry["boundary"]))
+            why = (
+                None if entry.get("wasted") else wasted(None, round_length, j.start_time, math.floor(entry["boundary"]))
+            )
             if why:
                 self._wasted(key, why, f"restarted {j.start_time - entry['t']:.0f} s after its signal")
 

@@ -11,6 +11,7 @@ problem, each naming what is wrong and what to do.
   prolog_epilog/ at job start (only root creates them), so slurm.conf's Prolog must run it, unless folders
   exist already (made by hand, or by a site prolog that calls the hook); `facts["prolog"]` says which.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,12 +31,12 @@ def slurm_conf_path(cfg) -> str | None:
 
 
 def check_slurm(cfg, cli=None, facts: dict | None = None) -> list[str]:
-    conf = slurm_conf_path(cfg)
+    conf_path = slurm_conf_path(cfg)
     where = "[slurm.env] SLURM_CONF" if "SLURM_CONF" in cfg.slurm.env else "SLURM_CONF"
-    if conf is not None and not Path(conf).is_file():
+    if conf_path is not None and not Path(conf_path).is_file():
         # scontrol would retry for 60 s on a missing file
-        return [f"{where} = {conf!r}: no such file; point it at the cluster's slurm.conf"]
-    if conf is None and not Path("/etc/slurm/slurm.conf").is_file():
+        return [f"{where} = {conf_path!r}: no such file; point it at the cluster's slurm.conf"]
+    if conf_path is None and not Path("/etc/slurm/slurm.conf").is_file():
         return ["SLURM_CONF is not set and /etc/slurm/slurm.conf does not exist: set [slurm.env] SLURM_CONF"]
     if cli is None:
         cli = SlurmCLI.from_config(cfg)
@@ -54,7 +55,7 @@ def check_slurm(cfg, cli=None, facts: dict | None = None) -> list[str]:
 def check_prolog(conf: dict[str, str], store, facts: dict) -> list[str]:
     """Can any job write to the event store?  See the module docstring."""
     if not Path(store).is_dir():
-        return []                               # the store's own problem is reported by the controller's part
+        return []  # the store's own problem is reported by the controller's part
     prolog = conf.get("Prolog", "(null)") or "(null)"
     hooked = "shockwave" in prolog
     users = Path(store) / USERS_DIR
@@ -62,17 +63,22 @@ def check_prolog(conf: dict[str, str], store, facts: dict) -> list[str]:
         folders = sum(1 for p in users.iterdir() if p.is_dir())
     except OSError:
         folders = 0
-    facts["prolog"] = (f"runs the shockwave hook ({prolog})" if hooked else
-                       f"not the shockwave hook ({prolog}); {folders} user folder(s) in {users}")
+    facts["prolog"] = (
+        f"runs the shockwave hook ({prolog})"
+        if hooked
+        else f"not the shockwave hook ({prolog}); {folders} user folder(s) in {users}"
+    )
     if hooked or folders:
         return []
-    return [f"slurm.conf: Prolog = {prolog}: no job can report to the event store {store}: each user's "
-            f"{users}/<uid>/ is made by root, by the prolog hook at job start (prolog_epilog/README.md: "
-            f"Prolog=/opt/shockwave/hooks/shockwave-hook.sh), and none exists"]
+    return [
+        f"slurm.conf: Prolog = {prolog}: no job can report to the event store {store}: each user's "
+        f"{users}/<uid>/ is made by root, by the prolog hook at job start (prolog_epilog/README.md: "
+        f"Prolog=/opt/shockwave/hooks/shockwave-hook.sh), and none exists"
+    ]
 
 
 def parse_show_config(text: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key.strip() and " " not in key.strip():
@@ -84,17 +90,21 @@ def check_slurm_conf(conf: dict[str, str], mode: str) -> list[str]:
     problems = []
     prio = conf.get("PriorityType", "?")
     if prio != "priority/multifactor":
-        problems.append(f"slurm.conf: PriorityType = {prio}: must be priority/multifactor (the controller steers "
-                        f"jobs through SiteFactor)")
+        problems.append(
+            f"slurm.conf: PriorityType = {prio}: must be priority/multifactor (the controller steers "
+            f"jobs through SiteFactor)"
+        )
     requeue = conf.get("JobRequeue", "?")
     if requeue != "1":
         problems.append(f"slurm.conf: JobRequeue = {requeue}: set JobRequeue=1 (a preempted job is requeued)")
     ctld = [p.strip() for p in conf.get("SlurmctldParameters", "").split(",")]
     preempt = [p.strip() for p in conf.get("PreemptParameters", "").split(",")]
     if mode == "authoritative" and "preempt_send_user_signal" not in ctld and "send_user_signal" not in preempt:
-        problems.append(f"slurm.conf: SlurmctldParameters = {conf.get('SlurmctldParameters', '(null)')}: "
-                        f"authoritative mode needs the user signal on preemption (22.05: SlurmctldParameters="
-                        f"preempt_send_user_signal; 24.11 and later: PreemptParameters=send_user_signal)")
+        problems.append(
+            f"slurm.conf: SlurmctldParameters = {conf.get('SlurmctldParameters', '(null)')}: "
+            f"authoritative mode needs the user signal on preemption (22.05: SlurmctldParameters="
+            f"preempt_send_user_signal; 24.11 and later: PreemptParameters=send_user_signal)"
+        )
     return problems
 
 
@@ -113,8 +123,10 @@ def check_partition(cfg, cli) -> list[str]:
     if not nodes:
         return [f"controller.partition = {part!r}: has no nodes"]
     if not sum(n.gpus for n in nodes):
-        return [f"controller.partition = {part!r}: its {len(nodes)} node(s) have no GPUs (gres gpu); set Gres=gpu:N "
-                f"on the nodes and GresTypes=gpu"]
+        return [
+            f"controller.partition = {part!r}: its {len(nodes)} node(s) have no GPUs (gres gpu); set Gres=gpu:N "
+            f"on the nodes and GresTypes=gpu"
+        ]
     if not any(n.available for n in nodes):
         return [f"controller.partition = {part!r}: all {len(nodes)} node(s) are down or drained"]
     return []
@@ -128,11 +140,15 @@ def partition_warnings(cli, part: str) -> list[str]:
         return []
     mine = [n for n in nodes if node_in_partition(n, part)]
     if not mine:
-        return [f"partition {part!r} has no nodes (or does not exist): nothing will be planned; check "
-                "controller.partition and slurm.conf (`shockwave controller check`)"]
+        return [
+            f"partition {part!r} has no nodes (or does not exist): nothing will be planned; check "
+            "controller.partition and slurm.conf (`shockwave controller check`)"
+        ]
     if not sum(n.gpus for n in mine):
-        return [f"partition {part!r} has {len(mine)} node(s) but no GPUs (gres gpu): nothing will be planned; "
-                "check Gres= and GresTypes=gpu in slurm.conf"]
+        return [
+            f"partition {part!r} has {len(mine)} node(s) but no GPUs (gres gpu): nothing will be planned; "
+            "check Gres= and GresTypes=gpu in slurm.conf"
+        ]
     if not any(n.available for n in mine):
         return [f"partition {part!r}: all {len(mine)} node(s) are down or drained: nothing will be planned"]
     return []

@@ -14,11 +14,12 @@ What the listing does not show (a pending job's estimated start, its priority's 
 paths) can be up to :data:`REFRESH_READS` reads old: every job's record is read again at least that often
 whatever its listing says. Whether a job is held (priority 0) is in the listing; the numeric priority is not.
 """
+
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from slurm_shockwave.slurm.errors import SlurmError, unreachable
 from slurm_shockwave.slurm.models import SlurmJob
@@ -27,9 +28,11 @@ from slurm_shockwave.slurm.shapes import Meta
 
 #: ``squeue -O`` fields whose change makes the job's record be read again (not StartTime/EndTime: a pending job's
 #: estimate moves with every backfill pass; not the priority itself: its age part grows; held = priority 0)
+# fmt: off
 FIELDS = ("JobID", "State", "Reason", "PriorityLong", "NodeList", "RestartCnt", "AdminComment", "Comment",
-          "TresPerNode", "TresPerJob", "TresPerTask", "TimeLimit", "Nice", "Partition", "Account", "Feature",
-          "Name", "NumNodes", "UserName", "SubmitTime", "EligibleTime", "ReqNodes")
+          "TresPerNode", "TresPerJob", "TresPerTask", "TimeLimit", "Nice", "Partition", "Account", "Feature", "Name",
+          "NumNodes", "UserName", "SubmitTime", "EligibleTime", "ReqNodes")
+# fmt: on
 _PRIORITY = FIELDS.index("PriorityLong")
 #: every job's record is read again at least once in this many reads
 REFRESH_READS = 10
@@ -57,7 +60,7 @@ def parse_listing(text: str, sep: str) -> dict[int, tuple] | None:
         return None
     out: dict[int, tuple] = {}
     for i in range(0, len(parts), k):
-        rec = parts[i:i + k]
+        rec = parts[i : i + k]
         head = rec[0].lstrip("\n")
         if not head.isdigit():
             return None
@@ -72,7 +75,7 @@ def read_selected(run: Callable[[list[str]], str], ids: list[int]) -> tuple[list
     Slurm no longer knows are not listed. The Meta is the last answer's (None when no call answered)."""
     parts = max(-(-len(ids) // CHUNK), 2 if len(ids) > 2 * SPLIT_MIN else 1)
     size = -(-len(ids) // parts) if ids else 1
-    chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+    chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
 
     def one(chunk):
         try:
@@ -80,7 +83,8 @@ def read_selected(run: Callable[[list[str]], str], ids: list[int]) -> tuple[list
         except SlurmError as exc:
             if "invalid job id" not in str(exc).lower():
                 raise
-            return [], None                   # every id of the chunk left Slurm
+            return [], None  # every id of the chunk left Slurm
+
     if len(chunks) > 1:
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(one, chunks))
@@ -116,12 +120,15 @@ class QueueReader:
         except SlurmError as exc:
             if unreachable(exc):
                 raise
-            listed = None                     # a Slurm without one of the fields: read everything
+            listed = None  # a Slurm without one of the fields: read everything
         if listed is None or not version:
             return self._full(run, listed)
         turn = self._reads % REFRESH_READS
-        want = [j for j, sig in listed.items()
-                if j % REFRESH_READS == turn or j not in self._jobs or self._sigs.get(j) != sig]
+        want = [
+            j
+            for j, sig in listed.items()
+            if j % REFRESH_READS == turn or j not in self._jobs or self._sigs.get(j) != sig
+        ]
         if len(want) > FULL_SHARE * len(listed):
             return self._full(run, listed, split=True)
         for j in [j for j in self._jobs if j not in listed]:
@@ -132,7 +139,7 @@ class QueueReader:
         for j in want:
             if j in fresh:
                 self._jobs[j], self._sigs[j] = fresh[j], listed[j]
-            else:                             # listed, then gone: read again next time if it is still listed
+            else:  # listed, then gone: read again next time if it is still listed
                 self._forget(j)
         self.last = {"mode": "changed", "json_jobs": len(fresh), "listed": len(listed)}
         return [self._jobs[j] for j in listed if j in self._jobs], self._meta

@@ -21,6 +21,7 @@ unset or infinite -> None), :func:`job_state_of` (string or list -> state + flag
 strict otherwise (an int is an int, a string a string). A field name never seen in the recorded
 outputs of a supported version is reported once by :func:`unknown_fields`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,15 +36,27 @@ from slurm_shockwave.slurm.known_fields import KNOWN_JOB_FIELDS, KNOWN_NODE_FIEL
 log = logging.getLogger("slurm_shockwave.slurm")
 
 #: data parsers / OpenAPI plugins whose shapes are known (22.05 .. 26.05)
-KNOWN_PARSERS = frozenset({"v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43",
-                           "v0.0.44", "v0.0.45"})
+KNOWN_PARSERS = frozenset({"v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"})
 #: Slurm releases whose outputs are recorded in tests/data/slurm/<version>/
 KNOWN_VERSIONS = frozenset({"22.05", "24.11", "26.05"})
 
 #: base job states (everything else in a ``job_state`` list is a flag)
-BASE_JOB_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED",
-                             "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-                             "OUT_OF_MEMORY"})
+BASE_JOB_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
 #: flags that 22.05's single ``job_state`` string shows instead of the base state; kept so
 #: that every version gives the same ``state`` (a completing job is neither running nor done)
 SHOWN_FLAGS = ("COMPLETING", "CONFIGURING")
@@ -57,6 +70,11 @@ def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         log.warning("%s", message)
+
+
+def _table(value: Any) -> dict[str, Any]:
+    """A JSON object as it is, anything else as an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _num(value: Any) -> int | float | None:
@@ -211,8 +229,8 @@ class Meta(BaseModel):
     """What an output says about the Slurm that wrote it."""
 
     model_config = ConfigDict(frozen=True)
-    release: str = ""          # e.g. "24.11.5" ("" if not declared)
-    parser: str = ""           # e.g. "v0.0.42" (data_parser) or "v0.0.38" (openapi plugin)
+    release: str = ""  # e.g. "24.11.5" ("" if not declared)
+    parser: str = ""  # e.g. "v0.0.42" (data_parser) or "v0.0.38" (openapi plugin)
 
     @property
     def version(self) -> str:
@@ -222,8 +240,8 @@ class Meta(BaseModel):
 
 def output_version(data: dict) -> Meta:
     """Read ``meta`` of 22.05 (``plugin.type``, ``Slurm``) or newer (``plugin.data_parser``, ``slurm``)."""
-    meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
-    plugin = meta.get("plugin") if isinstance(meta.get("plugin"), dict) else {}
+    meta = _table(data.get("meta"))
+    plugin = _table(meta.get("plugin"))
     parser = str(plugin.get("data_parser") or plugin.get("type") or "")
     parser = parser.rsplit("/", 1)[-1]
     slurm = meta.get("slurm") if isinstance(meta.get("slurm"), dict) else meta.get("Slurm")
@@ -239,11 +257,17 @@ def output_version(data: dict) -> Meta:
 def check_version(meta: Meta, what: str) -> None:
     """Warn once about a version/parser whose shapes were never checked (never fails)."""
     if meta.parser and meta.parser not in KNOWN_PARSERS:
-        warn_once(f"parser:{meta.parser}", f"{what}: unknown Slurm data parser {meta.parser!r} "
-                  f"(Slurm {meta.release or '?'}); reading it with the newest known shapes")
+        warn_once(
+            f"parser:{meta.parser}",
+            f"{what}: unknown Slurm data parser {meta.parser!r} "
+            f"(Slurm {meta.release or '?'}); reading it with the newest known shapes",
+        )
     if meta.version and meta.version not in KNOWN_VERSIONS:
-        warn_once(f"version:{meta.version}", f"{what}: Slurm {meta.release} is not a tested version "
-                  f"({', '.join(sorted(KNOWN_VERSIONS))}); reading it with the closest known shapes")
+        warn_once(
+            f"version:{meta.version}",
+            f"{what}: Slurm {meta.release} is not a tested version "
+            f"({', '.join(sorted(KNOWN_VERSIONS))}); reading it with the closest known shapes",
+        )
     if not meta.parser and not meta.release:
         warn_once("version:none", f"{what}: output declares no Slurm version in 'meta'")
 

@@ -17,6 +17,7 @@ running job's only at each ``PriorityCalcPeriod`` tick, whereas ``NormUsage`` (R
 ``usage_normalized``) is recomputed only at the ticks, for every association at once: a consistent picture, at most
 one period old.  Every number is validated finite and non-negative (``inf`` LevelFS becomes None).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,25 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from slurm_shockwave.slurm.errors import SlurmError
-from slurm_shockwave.slurm.shapes import _num
+from slurm_shockwave.slurm.shapes import _num, _table
 
-TEXT_FIELDS = ("Account", "User", "RawShares", "NormShares", "RawUsage", "NormUsage", "EffectvUsage", "FairShare",
-               "LevelFS")
+TEXT_FIELDS = (
+    "Account",
+    "User",
+    "RawShares",
+    "NormShares",
+    "RawUsage",
+    "NormUsage",
+    "EffectvUsage",
+    "FairShare",
+    "LevelFS",
+)
 TEXT_ARGV = ("sshare", "-a", "-P", "-o", ",".join(TEXT_FIELDS))
 JSON_ARGV = ("sshare", "-a", "--json")
 #: Slurm's "use the parent's share" (SLURMDB_FS_USE_PARENT) as the JSON shows it
 USE_PARENT = 0x7FFFFFFF
 #: 26.05 writes an infinite LevelFS as a set number of 2**64 (24.11: ``infinite: true``)
-INFINITE = 2.0 ** 63
+INFINITE = 2.0**63
 
 
 class SharesError(SlurmError):
@@ -93,7 +103,7 @@ class ShareRow(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     account: str = Field(min_length=1)
     user: str = ""
-    parent: str = ""                       # the parent account ("" for root)
+    parent: str = ""  # the parent account ("" for root)
     raw_shares: Annotated[int | None, BeforeValidator(_raw_shares)] = None
     raw_usage: Annotated[float, BeforeValidator(lambda v: _figure(v) or 0.0)] = 0.0
     norm_shares: Figure = None
@@ -113,8 +123,9 @@ def _row(what: str, fields: dict) -> ShareRow:
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         where = ".".join(str(x) for x in err.get("loc", ()))
-        raise SharesError(f"{what}: association {fields.get('account')!r}/{fields.get('user')!r}: {where}: "
-                          f"{err.get('msg')}") from None
+        raise SharesError(
+            f"{what}: association {fields.get('account')!r}/{fields.get('user')!r}: {where}: {err.get('msg')}"
+        ) from None
 
 
 def parse_sshare_text(text: str) -> list[ShareRow]:
@@ -126,34 +137,43 @@ def parse_sshare_text(text: str) -> list[ShareRow]:
     missing = [f for f in ("Account", "User", "RawShares", "RawUsage") if f not in header]
     if missing:
         raise SharesError(f"sshare -P: no {', '.join(missing)} column in its header {lines[0][:200]!r}")
-    col = {name: i for i, name in enumerate(header)}
-    rows, path = [], []            # path: the accounts from root down to the last account row
+    rows: list[ShareRow] = []
+    path: list[str] = []  # the accounts from root down to the last account row
     for n, line in enumerate(lines[1:], start=2):
         cells = line.split("|")
         if len(cells) != len(header):
             raise SharesError(f"sshare -P line {n}: {len(cells)} fields, the header has {len(header)}")
-        raw_account = cells[col["Account"]]
+        named = dict(zip(header, cells, strict=True))  # a column's cell (a missing column's: "")
+        raw_account = named["Account"]
         account, depth = raw_account.strip(), len(raw_account) - len(raw_account.lstrip(" "))
-        user = cells[col["User"]].strip()
+        user = named["User"].strip()
         if not account:
             raise SharesError(f"sshare -P line {n}: no account")
-
-        def cell(name: str) -> str:
-            return cells[col[name]] if name in col else ""
         if user:
             parent = account
         else:
             if depth > len(path):
-                raise SharesError(f"sshare -P line {n}: account {account!r} is {depth} levels deep under "
-                                  f"{len(path)}")
+                raise SharesError(f"sshare -P line {n}: account {account!r} is {depth} levels deep under {len(path)}")
             path = path[:depth]
             parent = path[-1] if path else ""
             path.append(account)
-        rows.append(_row(f"sshare -P line {n}", dict(
-            account=account, user=user, parent=parent, raw_shares=cell("RawShares"), raw_usage=cell("RawUsage"),
-            norm_shares=cell("NormShares"), norm_usage=cell("NormUsage"), effective_usage=cell("EffectvUsage"),
-            fairshare=cell("FairShare"),
-            level_fs=cell("LevelFS"))))
+        rows.append(
+            _row(
+                f"sshare -P line {n}",
+                dict(
+                    account=account,
+                    user=user,
+                    parent=parent,
+                    raw_shares=named.get("RawShares", ""),
+                    raw_usage=named.get("RawUsage", ""),
+                    norm_shares=named.get("NormShares", ""),
+                    norm_usage=named.get("NormUsage", ""),
+                    effective_usage=named.get("EffectvUsage", ""),
+                    fairshare=named.get("FairShare", ""),
+                    level_fs=named.get("LevelFS", ""),
+                ),
+            )
+        )
     return rows
 
 
@@ -175,12 +195,24 @@ def parse_sshare_json(text: str | bytes) -> list[ShareRow]:
         kind = [kind] if isinstance(kind, str) else kind
         name, parent = str(item.get("name") or ""), str(item.get("parent") or "")
         is_user = "USER" in [str(k).upper() for k in kind]
-        fairshare = item.get("fairshare") if isinstance(item.get("fairshare"), dict) else {}
-        rows.append(_row(f"sshare --json row {i}", dict(
-            account=parent if is_user else name, user=name if is_user else "", parent=parent,
-            raw_shares=item.get("shares"), raw_usage=item.get("usage"), norm_shares=item.get("shares_normalized"),
-            norm_usage=item.get("usage_normalized"), effective_usage=item.get("effective_usage"), fairshare=fairshare.get("factor"),
-            level_fs=fairshare.get("level"))))
+        fairshare = _table(item.get("fairshare"))
+        rows.append(
+            _row(
+                f"sshare --json row {i}",
+                dict(
+                    account=parent if is_user else name,
+                    user=name if is_user else "",
+                    parent=parent,
+                    raw_shares=item.get("shares"),
+                    raw_usage=item.get("usage"),
+                    norm_shares=item.get("shares_normalized"),
+                    norm_usage=item.get("usage_normalized"),
+                    effective_usage=item.get("effective_usage"),
+                    fairshare=fairshare.get("factor"),
+                    level_fs=fairshare.get("level"),
+                ),
+            )
+        )
     if any(r.user and not r.account for r in rows):
         raise SharesError("sshare --json: a user row without its account")
     return rows

@@ -12,14 +12,15 @@
 
 Slurm is the source of truth: the state directory may be missing, stale or from another host.
 """
+
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
 from slurm_shockwave.journal import StateStore
-from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.journal.lock import ControllerRunning, check_not_running
+from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.commands import SlurmCLI
 from slurm_shockwave.slurm.hints import is_marked
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition
@@ -63,10 +64,15 @@ def uninstall(cfg, cli=None) -> dict:
     ac = admin_comments(live)
     marked = [j for j in live if status_of(ac.get(j.job_id, "")) is not None]
     marked_ids = {j.job_id for j in marked}
-    release = sorted({j.job_id for j in marked if j.held} |
-                     {j.job_id for j in live if j.job_id in journal_held and j.held and j.job_id not in marked_ids})
-    managed = {j.job_id for j in live if in_partition(j, cfg.partition) and
-               (cfg.managed_by == "partition" or is_marked(j.comment, cfg.marker))}
+    release = sorted(
+        {j.job_id for j in marked if j.held}
+        | {j.job_id for j in live if j.job_id in journal_held and j.held and j.job_id not in marked_ids}
+    )
+    managed = {
+        j.job_id
+        for j in live
+        if in_partition(j, cfg.partition) and (cfg.managed_by == "partition" or is_marked(j.comment, cfg.marker))
+    }
     reset = sorted((managed | journal_touched | marked_ids) & {j.job_id for j in live})
     if reset:
         cli.scontrol_update(reset, SiteFactor=0)
@@ -81,5 +87,9 @@ def uninstall(cfg, cli=None) -> dict:
         by_text.setdefault(unmarked(ac.get(j.job_id, "")), []).append(j.job_id)
     for text, ids in sorted(by_text.items()):
         cli.scontrol_update(sorted(ids), AdminComment=text)
-    return {"released": [str(j) for j in release], "site_factor_reset": [str(j) for j in reset],
-            "unmarked": sorted(str(j.job_id) for j in marked), "unpinned": [str(j) for j in unpin]}
+    return {
+        "released": [str(j) for j in release],
+        "site_factor_reset": [str(j) for j in reset],
+        "unmarked": sorted(str(j.job_id) for j in marked),
+        "unpinned": [str(j) for j in unpin],
+    }

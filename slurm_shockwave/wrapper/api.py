@@ -13,23 +13,35 @@ The API installs handlers for the checkpoint signal (``$SHOCKWAVE_CHECKPOINT_SIG
 default SIGUSR1) and SIGTERM that only set a flag: the program must poll
 ``should_checkpoint()``, save, call ``checkpointed(path)`` and exit.
 """
+
 from __future__ import annotations
 
 import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from slurm_shockwave.events.schema import is_valid_job_id
 from slurm_shockwave.events.store import ensure_job_dir
 from slurm_shockwave.events.writer import EventWriter
-from slurm_shockwave.wrapper.context import (DEFAULT_SIGNAL, ENV_CKPT_SIGNAL, ENV_EVENT_FILE, ENV_JOB_ID,
-                      ENV_REQUEST_FILE, ENV_RESTART, ENV_STORE, count_gpus, parse_signal, warn)
+from slurm_shockwave.wrapper.context import (
+    DEFAULT_SIGNAL,
+    ENV_CKPT_SIGNAL,
+    ENV_EVENT_FILE,
+    ENV_JOB_ID,
+    ENV_REQUEST_FILE,
+    ENV_RESTART,
+    ENV_STORE,
+    count_gpus,
+    parse_signal,
+    warn,
+)
 
-_flag = threading.Event()       # process-wide "checkpoint requested"
-_stop = threading.Event()       # SIGTERM/SIGINT seen: checkpoint and exit
+_flag = threading.Event()  # process-wide "checkpoint requested"
+_stop = threading.Event()  # SIGTERM/SIGINT seen: checkpoint and exit
 _installed: set[int] = set()
 _MAX_WARNINGS = 5
 
@@ -41,16 +53,15 @@ def _handler_for(sig: int, prev: Any):
             _stop.set()
         if callable(prev):
             prev(signum, frame)
+
     return handler
 
 
-def install_signal_handlers(checkpoint_signal: str | int | None = None,
-                            handle_sigterm: bool = True) -> bool:
+def install_signal_handlers(checkpoint_signal: str | int | None = None, handle_sigterm: bool = True) -> bool:
     """Install the flag-setting handlers (main thread only).  Returns True if installed."""
     sigs = []
     try:
-        sigs.append(parse_signal(checkpoint_signal or os.environ.get(ENV_CKPT_SIGNAL)
-                                 or DEFAULT_SIGNAL))
+        sigs.append(parse_signal(checkpoint_signal or os.environ.get(ENV_CKPT_SIGNAL) or DEFAULT_SIGNAL))
     except ValueError as exc:
         warn(f"{exc}; using SIGUSR1")
         sigs.append(signal.SIGUSR1)
@@ -72,15 +83,22 @@ def install_signal_handlers(checkpoint_signal: str | int | None = None,
 class Reporter:
     """Writes this job's events.  Every method is safe to call when events are disabled."""
 
-    def __init__(self, event_file: str | os.PathLike | None = None, job_id: str | None = None,
-                 restart: int | None = None, *, gpus: int | None = None,
-                 install_handlers: bool = True, checkpoint_signal: str | None = None,
-                 handle_sigterm: bool = True, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        event_file: str | os.PathLike | None = None,
+        job_id: str | None = None,
+        restart: int | None = None,
+        *,
+        gpus: int | None = None,
+        install_handlers: bool = True,
+        checkpoint_signal: str | None = None,
+        handle_sigterm: bool = True,
+        env: Mapping[str, str] | None = None,
+    ):
         env = os.environ if env is None else env
         self._warnings = 0
         self.job_id = job_id or env.get(ENV_JOB_ID) or env.get("SLURM_JOB_ID") or ""
-        self.restart = restart if restart is not None else _int(env.get(ENV_RESTART)
-                                                                or env.get("SLURM_RESTART_COUNT"))
+        self.restart = restart if restart is not None else _int(env.get(ENV_RESTART) or env.get("SLURM_RESTART_COUNT"))
         self.gpus = gpus if gpus is not None else count_gpus(env)
         self.defaults: dict[str, Any] = {}
         self._request_file = env.get(ENV_REQUEST_FILE)
@@ -96,7 +114,7 @@ class Reporter:
             elif env.get(ENV_STORE):
                 d = ensure_job_dir(env[ENV_STORE], self.job_id)
                 self.writer = EventWriter(d / "events.jsonl", self.job_id, self.restart, "api")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the job runs on unreported: said on stderr (the job's log)
             warn(f"events disabled: {exc}")
         if install_handlers:
             install_signal_handlers(checkpoint_signal, handle_sigterm)
@@ -119,32 +137,42 @@ class Reporter:
         try:
             self.writer.emit(kind, **fields)
             return True
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a lost event never stops training: said on stderr (bounded)
             self._warnings += 1
             if self._warnings <= _MAX_WARNINGS:
                 warn(f"could not record {kind} event: {exc}")
             return False
 
-    def report_epoch(self, epoch: int, batch_size: int, samples: int, duration_s: float,
-                     gpus: int | None = None, **extra: Any) -> bool:
+    def report_epoch(
+        self, epoch: int, batch_size: int, samples: int, duration_s: float, gpus: int | None = None, **extra: Any
+    ) -> bool:
         """Epoch ``epoch`` (0-based) just ended: ``samples`` samples at ``batch_size`` took
         ``duration_s`` seconds on ``gpus`` GPUs.  Throughput is derived and tagged."""
         gpus = self.gpus if gpus is None else gpus
         fields = {**self.defaults, **extra}
-        if samples and duration_s and duration_s > 0 and "throughput" not in extra \
-                and 1e-9 <= samples / duration_s <= 1e10:      # the schema's range (tiny test epochs)
-            fields.update(throughput=samples / duration_s, throughput_bs=batch_size,
-                          throughput_gpus=gpus)
-        return self.emit("epoch_end", epoch=epoch, batch_size=batch_size, samples=samples,
-                         duration_s=duration_s, gpus=gpus, **fields)
+        if (
+            samples
+            and duration_s
+            and duration_s > 0
+            and "throughput" not in extra
+            and 1e-9 <= samples / duration_s <= 1e10
+        ):  # the schema's range (tiny test epochs)
+            fields.update(throughput=samples / duration_s, throughput_bs=batch_size, throughput_gpus=gpus)
+        return self.emit(
+            "epoch_end", epoch=epoch, batch_size=batch_size, samples=samples, duration_s=duration_s, gpus=gpus, **fields
+        )
 
-    def report_batch_size_change(self, old: int, new: int, reason: str = "",
-                                 epoch: int | None = None) -> bool:
+    def report_batch_size_change(self, old: int, new: int, reason: str = "", epoch: int | None = None) -> bool:
         """The program switched its global batch size from ``old`` to ``new``."""
-        return self.emit("batch_size_change", old_batch_size=old, batch_size=new,
-                         reason=str(reason)[:256], epoch=epoch,
-                         min_batch_size=self.defaults.get("min_batch_size"),
-                         max_batch_size=self.defaults.get("max_batch_size"))
+        return self.emit(
+            "batch_size_change",
+            old_batch_size=old,
+            batch_size=new,
+            reason=str(reason)[:256],
+            epoch=epoch,
+            min_batch_size=self.defaults.get("min_batch_size"),
+            max_batch_size=self.defaults.get("max_batch_size"),
+        )
 
     def checkpointed(self, path: str | os.PathLike, epoch: int | None = None) -> bool:
         """A checkpoint was written to ``path`` (``epoch``: last completed epoch in it)."""
@@ -200,13 +228,13 @@ def configure(**defaults: Any) -> None:
     get_reporter().configure(**defaults)
 
 
-def report_epoch(epoch: int, batch_size: int, samples: int, duration_s: float,
-                 gpus: int | None = None, **extra: Any) -> bool:
+def report_epoch(
+    epoch: int, batch_size: int, samples: int, duration_s: float, gpus: int | None = None, **extra: Any
+) -> bool:
     return get_reporter().report_epoch(epoch, batch_size, samples, duration_s, gpus, **extra)
 
 
-def report_batch_size_change(old: int, new: int, reason: str = "",
-                             epoch: int | None = None) -> bool:
+def report_batch_size_change(old: int, new: int, reason: str = "", epoch: int | None = None) -> bool:
     return get_reporter().report_batch_size_change(old, new, reason, epoch)
 
 

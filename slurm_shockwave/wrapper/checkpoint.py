@@ -14,8 +14,10 @@ run started (``$SHOCKWAVE_RUN_START``, exported by shockwave-run) belongs to an 
 and is ignored with a warning.  Checkpoints of *other* job ids in the same directory are
 loaded (deliberate resume of a resubmitted job).
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import time
@@ -34,8 +36,7 @@ class CheckpointManager:
     contained in the state (so :meth:`resume_epoch` is the 0-based index to run next).
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None, *, reporter: Any = None,
-                 name: str = "checkpoint"):
+    def __init__(self, directory: str | os.PathLike | None = None, *, reporter: Any = None, name: str = "checkpoint"):
         if directory is None:
             directory = os.environ.get("SHOCKWAVE_CHECKPOINT_DIR") or "checkpoints"
         self.dir = Path(directory)
@@ -52,8 +53,14 @@ class CheckpointManager:
         if not isinstance(state, dict):
             raise TypeError("checkpoint state must be a dict")
         self.dir.mkdir(parents=True, exist_ok=True)
-        payload = {"format": FORMAT, "epochs_done": epochs_done, "restart": self.restart,
-                   "job_id": self.job_id, "time": time.time(), "state": state}
+        payload = {
+            "format": FORMAT,
+            "epochs_done": epochs_done,
+            "restart": self.restart,
+            "job_id": self.job_id,
+            "time": time.time(),
+            "state": state,
+        }
         tmp = self.dir / f".{self.path.name}.{os.getpid()}.tmp"
         for stale in self.dir.glob(f".{self.path.name}.*.tmp"):
             if stale != tmp:
@@ -64,10 +71,8 @@ class CheckpointManager:
             os.fsync(fh.fileno())
         if self.path.exists():
             _unlink(self.prev_path)
-            try:
+            with contextlib.suppress(OSError):
                 os.link(self.path, self.prev_path)
-            except OSError:
-                pass
         os.replace(tmp, self.path)
         _fsync_dir(self.dir)
         self._meta = payload
@@ -84,15 +89,20 @@ class CheckpointManager:
             try:
                 with open(path, "rb") as fh:
                     payload = pickle.load(fh)
-                if not (isinstance(payload, dict) and payload.get("format") == FORMAT
-                        and isinstance(payload.get("state"), dict)):
+                if not (
+                    isinstance(payload, dict)
+                    and payload.get("format") == FORMAT
+                    and isinstance(payload.get("state"), dict)
+                ):
                     raise ValueError("not a shockwave checkpoint")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint: said on stderr, the previous one tried
                 warn(f"cannot read checkpoint {path}: {exc}")
                 continue
             if self._stale(payload):
-                warn(f"ignoring checkpoint {path}: written by an earlier job with the same id "
-                     f"{self.job_id} (this is its first run)")
+                warn(
+                    f"ignoring checkpoint {path}: written by an earlier job with the same id "
+                    f"{self.job_id} (this is its first run)"
+                )
                 continue
             self._meta = payload
             return payload["state"]
@@ -103,8 +113,7 @@ class CheckpointManager:
         if self.restart != 0 or self.run_start is None or not self.job_id:
             return False
         t = payload.get("time")
-        return (payload.get("job_id") == self.job_id and isinstance(t, (int, float))
-                and t < self.run_start)
+        return payload.get("job_id") == self.job_id and isinstance(t, (int, float)) and t < self.run_start
 
     def resume_epoch(self) -> int:
         """0-based index of the first epoch to run (0 without a checkpoint)."""
@@ -120,10 +129,8 @@ class CheckpointManager:
 
 
 def _unlink(p: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         p.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def _fsync_dir(d: Path) -> None:

@@ -16,9 +16,11 @@ early on the preemption signal -> ``scontrol requeue``, retried with back-off un
 else exit 1 with one clear line; exit 0 with epochs left and no signal -> exit 1 ("ended early").
 Otherwise the exit status is the child's; 128+N if the child was killed by signal N.
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -40,18 +42,30 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="shockwave-run",
         description="Run a training command as a Shockwave-managed job (events + signals).",
-        usage="shockwave-run [--store DIR] [--checkpoint-dir DIR] [--signal SIG] -- CMD [ARG ...]")
-    p.add_argument("--store", help="event store root (default: $SHOCKWAVE_STORE, else the site's controller "
-                   "config's event_store ($SHOCKWAVE_CONFIG or /etc/shockwave/config.toml), else "
-                   "~/.local/state/shockwave/events)")
-    p.add_argument("--checkpoint-dir", help="exported as SHOCKWAVE_CHECKPOINT_DIR (default: "
-                   "$SHOCKWAVE_CHECKPOINT_DIR, else ./checkpoints/<jobid>)")
-    p.add_argument("--signal", default=os.environ.get("SHOCKWAVE_CHECKPOINT_SIGNAL", "USR1"),
-                   help="preemption signal that requests a checkpoint (default USR1)")
-    p.add_argument("--requeue-on-signal", action=argparse.BooleanOptionalAction,
-                   default=os.environ.get("SHOCKWAVE_REQUEUE_ON_SIGNAL", "1") != "0",
-                   help="after the child exits 0 following the preemption signal without having finished its epochs, run "
-                   "'scontrol requeue $SLURM_JOB_ID' (default on; SHOCKWAVE_REQUEUE_ON_SIGNAL=0 turns it off)")
+        usage="shockwave-run [--store DIR] [--checkpoint-dir DIR] [--signal SIG] -- CMD [ARG ...]",
+    )
+    p.add_argument(
+        "--store",
+        help="event store root (default: $SHOCKWAVE_STORE, else the site's controller "
+        "config's event_store ($SHOCKWAVE_CONFIG or /etc/shockwave/config.toml), else "
+        "~/.local/state/shockwave/events)",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        help="exported as SHOCKWAVE_CHECKPOINT_DIR (default: $SHOCKWAVE_CHECKPOINT_DIR, else ./checkpoints/<jobid>)",
+    )
+    p.add_argument(
+        "--signal",
+        default=os.environ.get("SHOCKWAVE_CHECKPOINT_SIGNAL", "USR1"),
+        help="preemption signal that requests a checkpoint (default USR1)",
+    )
+    p.add_argument(
+        "--requeue-on-signal",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("SHOCKWAVE_REQUEUE_ON_SIGNAL", "1") != "0",
+        help="after the child exits 0 following the preemption signal without having finished its epochs, run "
+        "'scontrol requeue $SLURM_JOB_ID' (default on; SHOCKWAVE_REQUEUE_ON_SIGNAL=0 turns it off)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
     return p
 
@@ -60,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        print("shockwave-run: error: no command given (usage: shockwave-run [opts] -- CMD ...)",
-              file=sys.stderr)
+        print("shockwave-run: error: no command given (usage: shockwave-run [opts] -- CMD ...)", file=sys.stderr)
         return 2
     try:
         ckpt_sig = parse_signal(args.signal)
@@ -77,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Runner:
-    def __init__(self, ctx: JobContext, cmd: list[str], ckpt_sig: signal.Signals,
-                 requeue_on_signal: bool = False):
+    def __init__(self, ctx: JobContext, cmd: list[str], ckpt_sig: signal.Signals, requeue_on_signal: bool = False):
         self.ctx, self.cmd, self.ckpt_sig = ctx, cmd, ckpt_sig
         self.requeue_on_signal = requeue_on_signal
         self.child: subprocess.Popen | None = None
@@ -94,7 +106,7 @@ class Runner:
             return
         try:
             self.writer.emit(kind, **fields)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a lost event never stops the job: said on stderr
             warn(f"could not record {kind} event: {exc}")
 
     def _setup_events(self) -> None:
@@ -102,31 +114,29 @@ class Runner:
         told about the store either, so it does not warn about every event it cannot write)."""
         try:
             ensure_job_dir(self.ctx.store, self.ctx.job_id)
-            self.writer = EventWriter(self.ctx.event_file, self.ctx.job_id, self.ctx.restart,
-                                      source="wrapper")
-        except Exception as exc:
-            warn(f"error: this job runs unreported: cannot write to the event store {self.ctx.store} (from "
-                 f"{self.ctx.store_source}): {exc}")
+            self.writer = EventWriter(self.ctx.event_file, self.ctx.job_id, self.ctx.restart, source="wrapper")
+        except Exception as exc:  # noqa: BLE001 - the job runs unreported: said on stderr
+            warn(
+                f"error: this job runs unreported: cannot write to the event store {self.ctx.store} (from "
+                f"{self.ctx.store_source}): {exc}"
+            )
             return
         warn(f"reporting to {self.ctx.store} (from {self.ctx.store_source})")
 
     # ----------------------------------------------------------------- signals
     def _on_signal(self, signum: int, _frame) -> None:
         self.received.append(signum)
-        self._emit("signal", signal=int(signum),
-                   reason="checkpoint request" if signum == self.ckpt_sig else "forwarded")
+        self._emit(
+            "signal", signal=int(signum), reason="checkpoint request" if signum == self.ckpt_sig else "forwarded"
+        )
         if signum == self.ckpt_sig:
-            try:
+            with contextlib.suppress(OSError):
                 self.request_file.touch()
-            except OSError:
-                pass
         if self.child is None:
             self.pending.append(signum)
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.child.pid, signum)
-        except ProcessLookupError:
-            pass
 
     def _child_setup(self) -> None:  # runs in the child between fork and exec
         signal.signal(self.ckpt_sig, signal.SIG_IGN)
@@ -140,8 +150,7 @@ class Runner:
             for key in (ENV_STORE, ENV_EVENT_FILE):
                 env.pop(key, None)
         previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
-        self._emit("start", gpus=count_gpus(env), host=socket.gethostname()[:255] or None,
-                   pid=os.getpid())
+        self._emit("start", gpus=count_gpus(env), host=socket.gethostname()[:255] or None, pid=os.getpid())
         code = self._run_child(env)
         for s, h in previous.items():
             # a late checkpoint signal must not kill us as we exit (SIG_DFL of USR1 terminates): keep it ignored
@@ -153,8 +162,7 @@ class Runner:
         try:
             self.child = subprocess.Popen(self.cmd, env=env, preexec_fn=self._child_setup)
         except OSError as exc:
-            print(f"shockwave-run: error: cannot run {self.cmd[0]!r}: {exc.strerror}",
-                  file=sys.stderr)
+            print(f"shockwave-run: error: cannot run {self.cmd[0]!r}: {exc.strerror}", file=sys.stderr)
             self._emit("exit", exit_code=127, reason=f"exec failed: {exc.strerror}")
             return 127
         for signum in self.pending:
@@ -163,24 +171,31 @@ class Runner:
         info = outcome.job_info(self.ctx.job_id) if self.ctx.in_slurm else outcome.JobInfo()
         rc = self.child.wait()
         if rc == -int(self.ckpt_sig) and self._all_epochs_reported():
-            rc = 0          # the checkpoint request arrived after the last epoch, while the program was exiting
+            rc = 0  # the checkpoint request arrived after the last epoch, while the program was exiting
         sig_seen = [signal.Signals(s).name for s in dict.fromkeys(self.received)]
-        reason = "preempted" if (self.ckpt_sig in self.received
-                                 or signal.SIGTERM in self.received) else (
-            "completed" if rc == 0 else "failed")
+        reason = (
+            "preempted"
+            if (self.ckpt_sig in self.received or signal.SIGTERM in self.received)
+            else ("completed" if rc == 0 else "failed")
+        )
         if sig_seen:
             reason += " (signals: " + ",".join(sig_seen) + ")"
         if rc < 0:
             self._emit("exit", exit_code=rc, signal=-rc, reason=reason)
             return 128 - rc
         got = self._own_events() if self.writer is not None else None
-        if got is None:             # events disabled or unreadable: nothing to decide from
+        if got is None:  # events disabled or unreadable: nothing to decide from
             self._emit("exit", exit_code=min(rc, 255), reason=reason)
             return rc
         events, progress = got
-        out = outcome.decide(rc, progress, [int(s) for s in self.received], int(self.ckpt_sig),
-                             self._checkpointed_after_signal(events),
-                             outcome.hinted_epochs(info.comment, os.environ.get("SHOCKWAVE_MARKER", "shockwave")))
+        out = outcome.decide(
+            rc,
+            progress,
+            [int(s) for s in self.received],
+            int(self.ckpt_sig),
+            self._checkpointed_after_signal(events),
+            outcome.hinted_epochs(info.comment, os.environ.get("SHOCKWAVE_MARKER", "shockwave")),
+        )
         code = min(rc, 255)
         left = f"{out.done}/{out.total} epochs" if out.total else f"{out.done} epochs"
         if out.action == "requeue" and not (self.requeue_on_signal and self.ctx.in_slurm):
@@ -188,23 +203,36 @@ class Runner:
         if out.action == "requeue":
             n0 = len(self.received)
             ok, err = outcome.requeue_with_retry(
-                self.ctx.job_id, info.end_time, log=warn, default_retry_s=_retry_s(),
-                stop=lambda: signal.SIGTERM in self.received[n0:])
+                self.ctx.job_id,
+                info.end_time,
+                log=warn,
+                default_retry_s=_retry_s(),
+                stop=lambda: signal.SIGTERM in self.received[n0:],
+            )
             if ok:
                 reason += "; requeued"
             else:
                 code = 1
                 reason = f"ended early: {left}, requeue failed: {err}"[:256]
-                print(f"shockwave-run: error: job {self.ctx.job_id} stopped after {left} and could not be "
-                      f"requeued before its time ran out (scontrol requeue: {err}); exiting 1 so Slurm does not "
-                      "record it as COMPLETED. Resubmit it: it resumes from its last checkpoint.", file=sys.stderr)
+                print(
+                    f"shockwave-run: error: job {self.ctx.job_id} stopped after {left} and could not be "
+                    f"requeued before its time ran out (scontrol requeue: {err}); exiting 1 so Slurm does not "
+                    "record it as COMPLETED. Resubmit it: it resumes from its last checkpoint.",
+                    file=sys.stderr,
+                )
         elif out.action == "ended_early":
             code = 1
-            why = "after the checkpoint signal, but requeueing is off" if self.ckpt_sig in self.received \
+            why = (
+                "after the checkpoint signal, but requeueing is off"
+                if self.ckpt_sig in self.received
                 else "without a preemption signal"
+            )
             reason = f"ended early: {left} {why}"[:256]
-            print(f"shockwave-run: error: the program exited 0 after {left} {why}; exiting 1 so Slurm does "
-                  "not record the job as COMPLETED with work left.", file=sys.stderr)
+            print(
+                f"shockwave-run: error: the program exited 0 after {left} {why}; exiting 1 so Slurm does "
+                "not record the job as COMPLETED with work left.",
+                file=sys.stderr,
+            )
         self._emit("exit", exit_code=code, reason=reason)
         return code
 
@@ -213,9 +241,10 @@ class Runner:
         try:
             from slurm_shockwave.events.reader import EventReader
             from slurm_shockwave.events.summary import summarize
+
             events = EventReader(self.ctx.store).read_job(self.ctx.job_id, expected_uid=os.geteuid()).events
             return events, summarize(events)
-        except Exception as exc:  # the callers decide what an unreadable store means; said here once
+        except Exception as exc:  # noqa: BLE001 - the callers decide what an unreadable store means; said here once
             warn(f"cannot read this job's own events from {self.ctx.store}: {type(exc).__name__}: {exc}")
             return None
 
@@ -224,10 +253,14 @@ class Runner:
         return got is not None and got[1].total_epochs is not None and got[1].epochs_done >= got[1].total_epochs
 
     def _checkpointed_after_signal(self, events) -> bool:
-        signalled = [e.ts for e in events if e.kind == "signal" and e.signal == int(self.ckpt_sig)
-                     and e.restart == self.ctx.restart]
-        return bool(signalled) and any(e.kind == "checkpoint" and e.ts >= signalled[0]
-                                       and e.restart == self.ctx.restart for e in events)
+        signalled = [
+            e.ts
+            for e in events
+            if e.kind == "signal" and e.signal == int(self.ckpt_sig) and e.restart == self.ctx.restart
+        ]
+        return bool(signalled) and any(
+            e.kind == "checkpoint" and e.ts >= signalled[0] and e.restart == self.ctx.restart for e in events
+        )
 
 
 def _retry_s() -> float:

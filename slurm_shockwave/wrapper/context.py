@@ -1,13 +1,15 @@
 """Environment contract between ``shockwave-run`` and the training program."""
+
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from slurm_shockwave import site
 from slurm_shockwave.events.schema import check_job_id
@@ -27,11 +29,9 @@ DEFAULT_SIGNAL = "USR1"
 
 def warn(msg: str) -> None:
     """One-line diagnostic on stderr (never raises)."""
-    try:
+    with contextlib.suppress(Exception):  # stderr itself failed: there is nothing left to say it on
         sys.stderr.write(f"shockwave: {msg}\n")
         sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def parse_signal(name: str | int) -> signal.Signals:
@@ -62,9 +62,11 @@ def find_store(env: Mapping[str, str] = os.environ, store: str | None = None) ->
         except (OSError, ValueError) as e:
             warn(f"cannot read the site's config ({str(e).splitlines()[0][:200]}); using a private store")
     base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
-    return (Path(base) / "shockwave" / "events",
-            f"a private store: no ${ENV_STORE} and no site config ({site.SITE_CONFIG}), so no controller sees "
-            f"this job's reports; ask your admin for the site's store")
+    return (
+        Path(base) / "shockwave" / "events",
+        f"a private store: no ${ENV_STORE} and no site config ({site.SITE_CONFIG}), so no controller sees "
+        f"this job's reports; ask your admin for the site's store",
+    )
 
 
 def count_gpus(env: Mapping[str, str] = os.environ) -> int:
@@ -91,11 +93,12 @@ class JobContext:
     event_file: Path
     checkpoint_dir: Path
     in_slurm: bool
-    store_source: str = "--store"      # where `store` came from (find_store), said once in the job's output
+    store_source: str = "--store"  # where `store` came from (find_store), said once in the job's output
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ, *, store: str | None = None,
-                 checkpoint_dir: str | None = None) -> "JobContext":
+    def from_env(
+        cls, env: Mapping[str, str] = os.environ, *, store: str | None = None, checkpoint_dir: str | None = None
+    ) -> JobContext:
         """Build the context for ``shockwave-run`` (raises ``ValueError`` on a bad job id)."""
         slurm_id = env.get("SLURM_JOB_ID")
         if slurm_id:
@@ -104,7 +107,7 @@ class JobContext:
             job_id = f"local-{int(time.time())}{os.getpid():07d}"
         restart = _int_or_zero(env.get("SLURM_RESTART_COUNT"), "SLURM_RESTART_COUNT")
         root, source = find_store(env, store)
-        event_file = job_event_path(root, job_id)      # <store>/users/<uid>/<jobid>/events.jsonl
+        event_file = job_event_path(root, job_id)  # <store>/users/<uid>/<jobid>/events.jsonl
         if checkpoint_dir:
             ckpt = Path(checkpoint_dir)
         elif env.get(ENV_CKPT_DIR):
@@ -115,10 +118,15 @@ class JobContext:
 
     def child_env(self, signame: str, request_file: Path | None) -> dict[str, str]:
         """Variables exported to the training program."""
-        out = {ENV_STORE: str(self.store), ENV_EVENT_FILE: str(self.event_file),
-               ENV_JOB_ID: self.job_id, ENV_RESTART: str(self.restart),
-               ENV_CKPT_DIR: str(self.checkpoint_dir), ENV_CKPT_SIGNAL: signame,
-               ENV_RUN_START: f"{time.time():.6f}"}
+        out = {
+            ENV_STORE: str(self.store),
+            ENV_EVENT_FILE: str(self.event_file),
+            ENV_JOB_ID: self.job_id,
+            ENV_RESTART: str(self.restart),
+            ENV_CKPT_DIR: str(self.checkpoint_dir),
+            ENV_CKPT_SIGNAL: signame,
+            ENV_RUN_START: f"{time.time():.6f}",
+        }
         if request_file is not None:
             out[ENV_REQUEST_FILE] = str(request_file)
         return out

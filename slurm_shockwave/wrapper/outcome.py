@@ -13,14 +13,16 @@ that does not use the API) the old rule applies: requeue only if a checkpoint wa
 signal, else the program's own exit status.  When the job's events cannot be written or read, the
 program's exit status is used as it is.
 """
+
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Mapping
 
 from slurm_shockwave.wrapper.context import warn
 
@@ -30,15 +32,21 @@ DEFAULT_RETRY_S = 3600.0
 END_MARGIN_S = 5.0
 BACKOFF_S = (1, 2, 4, 8, 15, 30, 60)
 #: scontrol errors that no retry can fix (anything else, e.g. slurmctld unreachable, is retried)
-PERMANENT = ("invalid job id", "disabled", "access/permission denied", "not batch job", "only batch jobs",
-             "already completing or completed")
+PERMANENT = (
+    "invalid job id",
+    "disabled",
+    "access/permission denied",
+    "not batch job",
+    "only batch jobs",
+    "already completing or completed",
+)
 #: scontrol errors that mean the job is back in the queue already (e.g. the controller's requeuehold won)
 ALREADY = ("pending execution",)
 
 
 @dataclass
 class JobInfo:
-    end_time: float | None = None        # Unix time Slurm ends the job (None: unknown / no limit)
+    end_time: float | None = None  # Unix time Slurm ends the job (None: unknown / no limit)
     comment: str = ""
 
 
@@ -49,17 +57,14 @@ def job_info(job_id: str, env: Mapping[str, str] = os.environ, run=subprocess.ru
     if val.isdigit():
         info.end_time = float(val)
     try:
-        r = run(["squeue", "-h", "-j", str(job_id), "-o", "%e|%k"], capture_output=True, text=True,
-                timeout=15)
+        r = run(["squeue", "-h", "-j", str(job_id), "-o", "%e|%k"], capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.TimeoutExpired):
         return info
     line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
     end, _, info.comment = line.partition("|")
     if info.end_time is None and end[:1].isdigit():
-        try:
-            info.end_time = datetime.fromisoformat(end.strip()).timestamp()   # local time, as squeue prints
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):  # no end time: the job's limit is not known
+            info.end_time = datetime.fromisoformat(end.strip()).timestamp()  # local time, as squeue prints
     return info
 
 
@@ -67,8 +72,9 @@ def hinted_epochs(comment: str, marker: str = "shockwave") -> int | None:
     """The ``epochs=`` hint of the job's comment (None if absent or invalid)."""
     try:
         from slurm_shockwave.slurm.hints import parse_hints
+
         hints = parse_hints(comment, marker)
-    except Exception as exc:  # an invalid hint is the controller's business (it quarantines the job): said, ignored
+    except Exception as exc:  # noqa: BLE001 - an invalid hint is the controller's business (it quarantines the job)
         warn(f"ignoring the job comment's hints ({type(exc).__name__}: {exc})")
         return None
     return getattr(hints, "epochs", None) if hints is not None else None
@@ -76,19 +82,21 @@ def hinted_epochs(comment: str, marker: str = "shockwave") -> int | None:
 
 @dataclass(frozen=True)
 class Outcome:
-    action: str            # "finished" | "requeue" | "slurm_requeues" | "ended_early" | "failed"
+    action: str  # "finished" | "requeue" | "slurm_requeues" | "ended_early" | "failed"
     done: int | None = None
     total: int | None = None
 
 
-def decide(rc: int, progress, signals: list[int], ckpt_sig: int, checkpointed_after_signal: bool,
-           hinted_total: int | None) -> Outcome:
+def decide(
+    rc: int, progress, signals: list[int], ckpt_sig: int, checkpointed_after_signal: bool, hinted_total: int | None
+) -> Outcome:
     """What to do once the program exited with ``rc`` (see the module docstring)."""
     import signal as _signal
+
     done = progress.epochs_done if progress is not None else 0
     total = progress.total_epochs if progress is not None and progress.total_epochs else None
     if total is None and done > 0:
-        total = hinted_total        # the comment's epochs=, for a job that reports epochs but not its total
+        total = hinted_total  # the comment's epochs=, for a job that reports epochs but not its total
     if rc != 0:
         return Outcome("failed", done, total)
     if total is None:
@@ -102,11 +110,17 @@ def decide(rc: int, progress, signals: list[int], ckpt_sig: int, checkpointed_af
     return Outcome("ended_early", done, total)
 
 
-def requeue_with_retry(job_id: str, end_time: float | None, *, run=subprocess.run,
-                       sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-                       log: Callable[[str], None] = lambda m: None,
-                       default_retry_s: float = DEFAULT_RETRY_S,
-                       stop: Callable[[], bool] = lambda: False) -> tuple[bool, str]:
+def requeue_with_retry(
+    job_id: str,
+    end_time: float | None,
+    *,
+    run=subprocess.run,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+    log: Callable[[str], None] = lambda m: None,
+    default_retry_s: float = DEFAULT_RETRY_S,
+    stop: Callable[[], bool] = lambda: False,
+) -> tuple[bool, str]:
     """``scontrol requeue JOB`` until it succeeds, fails for good, Slurm ends the job (``stop()``: SIGTERM seen),
     or the job's time runs out (without an end time: ``default_retry_s``, env ``SHOCKWAVE_REQUEUE_RETRY_S``).
     Returns (ok, last error)."""
@@ -115,12 +129,13 @@ def requeue_with_retry(job_id: str, end_time: float | None, *, run=subprocess.ru
     while True:
         left = deadline - clock()
         try:
-            r = run(["scontrol", "requeue", str(job_id)], capture_output=True, text=True,
-                    timeout=max(1.0, min(30.0, left)))
+            r = run(
+                ["scontrol", "requeue", str(job_id)], capture_output=True, text=True, timeout=max(1.0, min(30.0, left))
+            )
             if r.returncode == 0:
                 return True, ""
-            err = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
-            err = err[0][:200]
+            last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
+            err = last[0][:200]
         except subprocess.TimeoutExpired:
             err = "timed out"
         except OSError as exc:
@@ -129,7 +144,7 @@ def requeue_with_retry(job_id: str, end_time: float | None, *, run=subprocess.ru
             return True, ""
         if any(p in err.lower() for p in PERMANENT):
             return False, err
-        if stop():                   # SIGTERM: Slurm itself is ending or requeueing the job now
+        if stop():  # SIGTERM: Slurm itself is ending or requeueing the job now
             return False, f"{err}; then SIGTERM from Slurm"
         wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
         attempt += 1

@@ -10,15 +10,18 @@
 
 Both can record ``batch_size_change`` events through a :class:`~.api.Reporter` (``decide``).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def grad_sq_norm(params: Iterable[Any]) -> float:
     """Squared L2 norm of the ``.grad`` of ``params`` (those with a gradient)."""
     import torch
+
     total = torch.zeros((), dtype=torch.float64)
     for p in params:
         if getattr(p, "grad", None) is not None:
@@ -26,8 +29,9 @@ def grad_sq_norm(params: Iterable[Any]) -> float:
     return float(total)
 
 
-def measure_step(model: Any, loss_fn: Any, inputs: Any, targets: Any,
-                 micro_batches: int = 2) -> tuple[float, float, int, float, int]:
+def measure_step(
+    model: Any, loss_fn: Any, inputs: Any, targets: Any, micro_batches: int = 2
+) -> tuple[float, float, int, float, int]:
     """Forward/backward one batch as ``micro_batches`` equal chunks.
 
     Leaves the full-batch mean gradient in ``p.grad`` (ready for ``optimizer.step()``) and
@@ -35,6 +39,7 @@ def measure_step(model: Any, loss_fn: Any, inputs: Any, targets: Any,
     mean squared norm of the micro-batch gradients and *big* that of the full-batch one.
     """
     import torch
+
     n = int(inputs.shape[0])
     k = max(1, min(int(micro_batches), n))
     b = n // k
@@ -49,11 +54,11 @@ def measure_step(model: Any, loss_fn: Any, inputs: Any, targets: Any,
         loss.backward()
         small_sq += grad_sq_norm(params)
         loss_sum += float(loss.detach())
-        for a, p in zip(acc, params):
+        for a, p in zip(acc, params, strict=True):
             if p.grad is not None:
                 a += p.grad
     big_sq = 0.0
-    for a, p in zip(acc, params):
+    for a, p in zip(acc, params, strict=True):
         a /= k
         p.grad = a
         big_sq += float(a.double().pow(2).sum())
@@ -70,8 +75,8 @@ class GNSEstimator:
         self.min_updates = int(min_updates)
         self.updates = 0
         self._g2 = 0.0  # EMA of the |G|^2 estimate
-        self._s = 0.0   # EMA of the tr(Sigma) estimate
-        self._w = 0.0   # EMA bias-correction weight
+        self._s = 0.0  # EMA of the tr(Sigma) estimate
+        self._w = 0.0  # EMA bias-correction weight
 
     def update(self, small_sq: float, small_bs: int, big_sq: float, big_bs: int) -> None:
         """Feed one pair of squared gradient norms measured at two batch sizes."""
@@ -104,8 +109,7 @@ class GNSEstimator:
         new = current_bs * 2
         return current_bs if max_bs is not None and new > max_bs else new
 
-    def decide(self, current_bs: int, reporter: Any = None, epoch: int | None = None,
-               max_bs: int | None = None) -> int:
+    def decide(self, current_bs: int, reporter: Any = None, epoch: int | None = None, max_bs: int | None = None) -> int:
         """Like :meth:`suggest`; records a ``batch_size_change`` event when it changes."""
         new = self.suggest(current_bs, max_bs)
         if new != current_bs and reporter is not None:
@@ -164,13 +168,17 @@ class AccordionDetector:
         if new != current_bs and reporter is not None:
             ratio = "n/a" if self.last_ratio is None else f"{self.last_ratio:.2f}"
             why = "critical" if self.critical else "non-critical"
-            reporter.report_batch_size_change(current_bs, new, f"accordion {why} ratio={ratio}",
-                                              epoch)
+            reporter.report_batch_size_change(current_bs, new, f"accordion {why} ratio={ratio}", epoch)
         return new
 
     def state_dict(self) -> dict[str, Any]:
-        return {"critical": self.critical, "last_ratio": self.last_ratio, "sum": self._sum,
-                "n": self._n, "prev": self._prev}
+        return {
+            "critical": self.critical,
+            "last_ratio": self.last_ratio,
+            "sum": self._sum,
+            "n": self._n,
+            "prev": self._prev,
+        }
 
     def load_state_dict(self, st: dict[str, Any]) -> None:
         self.critical, self.last_ratio = bool(st["critical"]), st["last_ratio"]

@@ -24,10 +24,12 @@ with the measured duration).  A body that ``break``s out of the loop on the chec
 epoch unfinished: the state is saved as it is (keep the position inside the epoch in ``state_dict`` to
 resume mid-epoch, else the epoch is redone from its start).
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, Protocol
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 from slurm_shockwave.wrapper import api
 from slurm_shockwave.wrapper.checkpoint import CheckpointManager
@@ -43,10 +45,19 @@ class Stateful(Protocol):
 class Training:
     """Drives the epoch loop of ``obj`` (see the module docstring)."""
 
-    def __init__(self, obj: Stateful, total_epochs: int, *, samples_per_epoch: int | None = None,
-                 batch_size: int | None = None, min_batch_size: int | None = None,
-                 max_batch_size: int | None = None, checkpoint_dir: str | None = None,
-                 reporter: api.Reporter | None = None, save_every: int = 1):
+    def __init__(
+        self,
+        obj: Stateful,
+        total_epochs: int,
+        *,
+        samples_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        min_batch_size: int | None = None,
+        max_batch_size: int | None = None,
+        checkpoint_dir: str | None = None,
+        reporter: api.Reporter | None = None,
+        save_every: int = 1,
+    ):
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
             raise TypeError("Training needs an object with state_dict() and load_state_dict(state)")
         if not isinstance(total_epochs, int) or isinstance(total_epochs, bool) or total_epochs < 1:
@@ -56,8 +67,12 @@ class Training:
         self.batch_size = batch_size
         self.save_every = max(1, int(save_every))
         self.reporter = reporter or api.get_reporter()
-        self.reporter.configure(total_epochs=total_epochs, samples_per_epoch=samples_per_epoch,
-                                min_batch_size=min_batch_size, max_batch_size=max_batch_size)
+        self.reporter.configure(
+            total_epochs=total_epochs,
+            samples_per_epoch=samples_per_epoch,
+            min_batch_size=min_batch_size,
+            max_batch_size=max_batch_size,
+        )
         self.ckpt = CheckpointManager(checkpoint_dir, reporter=self)
         state = self.ckpt.load()
         self.start_epoch = 0
@@ -71,15 +86,15 @@ class Training:
 
     # the CheckpointManager reports through us, so every checkpoint event carries the total
     def checkpointed(self, path, epoch=None) -> bool:
-        return self.reporter.emit("checkpoint", path=str(path)[:1024], epoch=epoch,
-                                  total_epochs=self.total_epochs)
+        return self.reporter.emit("checkpoint", path=str(path)[:1024], epoch=epoch, total_epochs=self.total_epochs)
 
     def should_checkpoint(self) -> bool:
         """True once Slurm's preemption signal (or SIGTERM) arrived: leave the epoch, the loop saves."""
         return self.reporter.should_checkpoint()
 
-    def report(self, batch_size: int | None = None, samples: int | None = None,
-               duration_s: float | None = None, **extra: Any) -> None:
+    def report(
+        self, batch_size: int | None = None, samples: int | None = None, duration_s: float | None = None, **extra: Any
+    ) -> None:
         """Report the current epoch as done (batch size it ran at; duration measured if not given)."""
         if self.epoch is None:
             raise RuntimeError("report() belongs inside `for epoch in run.epochs():`")
@@ -111,11 +126,13 @@ class Training:
                 if requested and epoch < self.total_epochs:
                     self.stopped_early = True
                     return
-        except GeneratorExit:                                  # `break` out of the loop
-            if self.should_checkpoint():                       # left mid-epoch on the signal
+        except GeneratorExit:  # `break` out of the loop
+            if self.should_checkpoint():  # left mid-epoch on the signal
                 self.save(epoch + 1 if self._reported else epoch)
                 self.stopped_early = True
             else:
-                warn("the epoch loop was left without a checkpoint request: the work done since the last "
-                     "save is not saved, and shockwave-run will not record the job as finished")
+                warn(
+                    "the epoch loop was left without a checkpoint request: the work done since the last "
+                    "save is not saved, and shockwave-run will not record the job as finished"
+                )
             raise
