@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
-
-import tomllib  # type: ignore[import-not-found]  # Python 3.11+ (mypy checks 3.10)
 
 FORMATS = {".toml": "toml", ".jsonl": "jsonl", ".yaml": "yaml", ".yml": "yaml"}
 _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")

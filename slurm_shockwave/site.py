@@ -10,10 +10,9 @@ the wrapper reads the one key it needs without validating the whole file (the co
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-
-import tomllib  # type: ignore[import-not-found]  # Python 3.11+ (mypy checks 3.10)
 
 ENV_CONFIG = "SHOCKWAVE_CONFIG"
 SITE_CONFIG = Path("/etc/shockwave/config.toml")

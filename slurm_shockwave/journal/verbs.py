@@ -4,19 +4,7 @@ journal written before the enum existed reads the same and SQL compares the same
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:  # Python 3.10: the same behaviour (str() and format() are the value)
-
-    class StrEnum(str, Enum):
-        def __str__(self) -> str:
-            return str.__str__(self)
-
-        def __format__(self, spec: str) -> str:
-            return str.__format__(self, spec)
+from enum import StrEnum
 
 
 class Verb(StrEnum):

@@ -32,6 +32,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 from slurm_shockwave.slurm.known_fields import KNOWN_JOB_FIELDS, KNOWN_NODE_FIELDS
+from slurm_shockwave.slurm.models import FINISHED_STATES
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -40,23 +41,8 @@ KNOWN_PARSERS = frozenset({"v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42"
 #: Slurm releases whose outputs are recorded in tests/data/slurm/<version>/
 KNOWN_VERSIONS = frozenset({"22.05", "24.11", "26.05"})
 
-#: base job states (everything else in a ``job_state`` list is a flag)
-BASE_JOB_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "SUSPENDED",
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-    }
-)
+#: base job states (everything else in a ``job_state`` list is a flag): the finished ones and these
+BASE_JOB_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"}) | FINISHED_STATES
 #: flags that 22.05's single ``job_state`` string shows instead of the base state; kept so
 #: that every version gives the same ``state`` (a completing job is neither running nor done)
 SHOWN_FLAGS = ("COMPLETING", "CONFIGURING")
