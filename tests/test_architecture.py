@@ -20,8 +20,10 @@ PACKAGES = {**PRODUCT, **LAB}
 #: the product's files outside its packages: the prolog/epilog hook (standard library only)
 PRODUCT_SCRIPTS = ("prolog_epilog",)
 MAX_LINES = 400
-#: the guard on the product's size (the target: about 12k lines in at most about 90 modules)
-PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = 12_500, 95
+#: the guard on the product's size (issue 32's target: about 12k lines in at most about 90 modules; the product
+#: was 12,499 lines before `ruff format`, 13,709 after it: the formatter's one-argument-per-line calls and
+#: signatures, docs/architecture.md "Sizes")
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = 14_000, 95
 #: package-level cycles in the lab known and not yet untangled (none may appear in the product, nor a new one):
 #: shockwave_lab.demo.emulated imports replay.{api,compare,site} (the demo is a short replay), and
 #: shockwave_lab.replay.run imports demo.run's ensure_user (inside _prepare); moving ensure_user out of demo/ (to
