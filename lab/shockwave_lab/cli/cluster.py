@@ -27,21 +27,35 @@ def cluster():
 @click.option("--json", "as_json", is_flag=True)
 def up(root, nodes, gpus_per_node, slurm_version, roots_dir, gpu_types, as_json):
     """Install Slurm if missing (or build the root of --slurm VERSION), write a config under ROOT,
-    start munged/slurmctld/slurmd, wait for idle nodes."""
-    from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
+    start munged/slurmctld/slurmd, wait for idle nodes. The cluster keeps running after this returns (`cluster
+    down` stops it by the pids recorded under ROOT); SIGTERM, SIGHUP or SIGINT before then stop whatever this
+    command started, by pid, and leave nothing running."""
+    from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable, signals
     types = [t.strip() for t in gpu_types.split(",") if t.strip()]
     try:
         c = LocalCluster(root, nodes=nodes, gpus_per_node=gpus_per_node, slurm=slurm_version, roots_dir=roots_dir,
                          gpu_types=types)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--gpu-types") from None
-    try:
-        c.ensure_installed()
-        c.up()
-    except SlurmUnavailable as e:
-        raise OneLineError(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - any start failure is reported in one line
-        raise OneLineError(f"cluster did not start: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    with signals.orderly_teardown():
+        already = c.status()["running"]
+        try:
+            try:
+                c.ensure_installed()
+                c.up()                # stops what it started itself if interrupted
+            except SlurmUnavailable as e:
+                raise OneLineError(str(e)) from None
+            except Exception as e:  # noqa: BLE001 - any start failure is reported in one line
+                raise OneLineError("cluster did not start: "
+                                   f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            _report_up(c, root, nodes, gpus_per_node, as_json)
+        except (KeyboardInterrupt, SystemExit):   # a signal once it is up, before this returns: leave nothing of ours
+            if not already:
+                c.down()
+            raise
+
+
+def _report_up(c, root, nodes, gpus_per_node, as_json) -> None:
     st = c.status()
     bin_dir = str(c.bin_dir) if c.bin_dir else None
     if as_json:

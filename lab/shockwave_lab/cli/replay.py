@@ -40,7 +40,7 @@ def replay(trace, throughputs, gpus, nodes, time_scale, policy, users, first, sl
     shockwave-run, reports every epoch through the Training API, checkpoints after each epoch and on Slurm's
     signal and resumes after a requeue; an epoch sleeps its profiled duration / S.  Fails (exit 1) when a job
     does not complete, an epoch is lost or repeated, or a daemon is left running."""
-    from shockwave_lab.localcluster import SlurmUnavailable
+    from shockwave_lab.localcluster import SlurmUnavailable, signals
     from shockwave_lab.replay.api import replay as run_replay
     from shockwave_lab.replay.compare import render_text
     from shockwave_lab.replay.errors import ReplayError
@@ -53,10 +53,11 @@ def replay(trace, throughputs, gpus, nodes, time_scale, policy, users, first, sl
     if throughputs is None:
         raise click.UsageError("--throughputs is required with --trace")
     out = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
-    try:
-        result = run_replay(trace, throughputs, gpus=gpus, nodes=nodes, time_scale=time_scale, policy=policy,
-                            users=users, first=first, out=out, keep=keep, slurm=slurm_version, timeout_s=timeout,
-                            argv=sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "replay" else None)
+    try:     # SIGTERM/SIGHUP/SIGINT: every process the replay started is stopped by pid, then exit 128 + signal
+        with signals.orderly_teardown():
+            result = run_replay(trace, throughputs, gpus=gpus, nodes=nodes, time_scale=time_scale, policy=policy,
+                                users=users, first=first, out=out, keep=keep, slurm=slurm_version, timeout_s=timeout,
+                                argv=sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "replay" else None)
     except SlurmUnavailable as e:
         click.echo(f"Error: Slurm cannot be started here: {e}", err=True)
         sys.exit(2)

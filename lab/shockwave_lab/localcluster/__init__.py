@@ -9,8 +9,9 @@ pid), :mod:`.accounting` (MariaDB, slurmdbd, associations), :mod:`.readiness` (i
 cancelled), :mod:`.chroot` and :mod:`.root_packages` (other versions' Debian roots), :mod:`.cluster`
 (the :class:`LocalCluster` API).
 """
+from shockwave_lab.localcluster import signals
 from shockwave_lab.localcluster.cluster import ClusterStartError, LocalCluster
 from shockwave_lab.localcluster.install import SlurmUnavailable, ensure_installed, missing_packages
 
-__all__ = ["LocalCluster", "SlurmUnavailable", "ClusterStartError", "ensure_installed",
+__all__ = ["LocalCluster", "SlurmUnavailable", "ClusterStartError", "ensure_installed", "signals",
            "missing_packages"]

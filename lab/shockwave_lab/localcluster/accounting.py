@@ -84,11 +84,15 @@ def empty_datadir(log_dir: Path, timeout: float = 120) -> Path:
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".mariadb-{name}-", dir=CACHE))
-    with open(log_dir / "mariadb-install-db.log", "w") as out:
-        rc = subprocess.run([_exe("mariadb-install-db"), "--no-defaults", f"--datadir={tmp}/db", "--user=root",
-                             "--auth-root-authentication-method=socket", "--skip-test-db",
-                             "--innodb-log-file-size=16M"], stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, timeout=timeout).returncode
+    try:                                         # its own process group, killed whole if interrupted
+        with open(log_dir / "mariadb-install-db.log", "w") as out:
+            rc = d.signals.run_group([_exe("mariadb-install-db"), "--no-defaults", f"--datadir={tmp}/db",
+                                      "--user=root", "--auth-root-authentication-method=socket", "--skip-test-db",
+                                      "--innodb-log-file-size=16M"], stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, timeout=timeout).returncode
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if rc != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise d.DaemonError(f"mariadb-install-db exited rc={rc}: {d.log_tail(log_dir / 'mariadb-install-db.log')}")
@@ -111,26 +115,31 @@ def start_mariadb(paths: Paths, port: int, timeout: float = 60) -> d.ProcId:
     argv = [_exe("mariadbd"), "--no-defaults", f"--datadir={paths.db}", f"--socket={paths.db_socket}",
             f"--port={port}", f"--bind-address={LOOPBACK}", "--user=root", f"--pid-file={paths.pid_file('mariadbd')}",
             f"--log-error={errlog}", *MARIADB_OPTIONS]
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, cwd=str(paths.run))
-    ident = d.identify(proc.pid)
-    deadline = time.monotonic() + timeout
-    while _sql(paths, "SELECT 1").returncode != 0:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None and ident is not None:
-                d.terminate([ident])
-            raise d.DaemonError(f"mariadbd did not start: {d.log_tail(errlog)}")
-        time.sleep(0.1)
-    pw = _password(paths)
-    grants = " ".join(f"CREATE USER IF NOT EXISTS '{DB_USER}'@'{host}' IDENTIFIED BY '{pw}'; "
-                      f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{host}';" for host in ("localhost", LOOPBACK))
-    done = _sql(paths, f"CREATE DATABASE IF NOT EXISTS {DB_NAME}; {grants}")
-    if done.returncode != 0:
-        d.terminate([ident] if ident else [])
-        raise d.DaemonError(f"creating the Slurm database failed: {done.stderr.strip()}")
-    if ident is None:
-        raise d.DaemonError("mariadbd exited right after starting")
-    return ident
+    proc, ready = None, False
+    try:
+        with d.signals.shielded():        # started and known together, even when a signal comes meanwhile
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True, cwd=str(paths.run))
+        deadline = time.monotonic() + timeout
+        while _sql(paths, "SELECT 1").returncode != 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise d.DaemonError(f"mariadbd did not start: {d.log_tail(errlog)}")
+            time.sleep(0.1)
+        ready = True
+        pw = _password(paths)
+        grants = " ".join(f"CREATE USER IF NOT EXISTS '{DB_USER}'@'{host}' IDENTIFIED BY '{pw}'; "
+                          f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'{host}';" for host in ("localhost", LOOPBACK))
+        done = _sql(paths, f"CREATE DATABASE IF NOT EXISTS {DB_NAME}; {grants}")
+        if done.returncode != 0:
+            raise d.DaemonError(f"creating the Slurm database failed: {done.stderr.strip()}")
+        ident = d.identify(proc.pid)
+        if ident is None:
+            raise d.DaemonError("mariadbd exited right after starting")
+        return ident
+    except BaseException:
+        if proc is not None:   # SIGTERM, SIGKILL after 5 s (1 s before it answers: it defers SIGTERM till then)
+            d.stop_child(proc, grace=5 if ready else 1)
+        raise
 
 
 def render_slurmdbd_conf(paths: Paths, s: ClusterSettings, password: str) -> str:
@@ -163,6 +172,13 @@ def start_slurmdbd(paths: Paths, s: ClusterSettings, env: dict, bin_dir: Path | 
     os.chmod(conf, 0o600)
     ident = d.launch([d.exe("slurmdbd", bin_dir)], env, paths.log / "slurmdbd.start.log", paths.pid_file("slurmdbd"),
                      paths.log_file("slurmdbd"), timeout)
+    with d.owned(ident):                  # stopped if it does not answer, or a signal comes meanwhile
+        _load_associations(paths, s, env, bin_dir, ident, timeout)
+    return ident
+
+
+def _load_associations(paths: Paths, s: ClusterSettings, env: dict, bin_dir: Path | None, ident: d.ProcId,
+                       timeout: float) -> None:
     sacctmgr = d.exe("sacctmgr", bin_dir)
     deadline = time.monotonic() + timeout
     while True:
@@ -180,7 +196,6 @@ def start_slurmdbd(paths: Paths, s: ClusterSettings, env: dict, bin_dir: Path | 
                        stdin=subprocess.DEVNULL, timeout=60, check=False, cwd=str(paths.etc))
     if r.returncode != 0:
         raise d.DaemonError(f"sacctmgr load {spec} failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    return ident
 
 
 def ensure_users(names: Sequence[str], chroot_path: Path | None = None) -> dict[str, pwd.struct_passwd]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from shockwave_lab.localcluster.root_packages import install_in_root
+from shockwave_lab.localcluster.signals import run_group
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +177,10 @@ class ChrootRoot:
         shutil.rmtree(tmp, ignore_errors=True)
         logfile = self.roots_dir / f"debootstrap-{self.suite}.log"
         log.info("building a %s root (Slurm %s) in %s", self.suite, self.version, self.path)
-        with open(logfile, "w") as out:
-            rc = subprocess.run([exe, "--variant=minbase", f"--include={INCLUDE}", self.suite, str(tmp),
-                                 MIRROR, str(script)], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, timeout=3600).returncode
+        with open(logfile, "w") as out:           # its own process group, killed whole if interrupted
+            rc = run_group([exe, "--variant=minbase", f"--include={INCLUDE}", self.suite, str(tmp),
+                            MIRROR, str(script)], stdout=out, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, timeout=3600).returncode
         if rc != 0:
             tail = " | ".join(logfile.read_text(errors="replace").strip().splitlines()[-3:])
             raise RootError(f"debootstrap {self.suite} failed (rc={rc}, log {logfile}): {tail}")

@@ -28,7 +28,7 @@ from typing import Iterator, Mapping, Sequence
 from slurm_shockwave.slurm import SlurmCLI, SlurmError
 from shockwave_lab.localcluster import accounting as acct
 from shockwave_lab.localcluster import daemons as d
-from shockwave_lab.localcluster import readiness, statefile
+from shockwave_lab.localcluster import readiness, signals, statefile
 from shockwave_lab.localcluster.chroot import DEFAULT_ROOTS_DIR, ChrootRoot, RootError, host_version, major_minor
 from shockwave_lab.localcluster.config import ClusterSettings, Paths, pick_free_ports, untraversable_ancestors, write_config
 from shockwave_lab.localcluster.install import SlurmUnavailable, ensure_installed, missing_packages
@@ -218,11 +218,12 @@ class LocalCluster:
             self._prepare(settings)  # may raise ClusterStartError before anything starts
             try:
                 self._start_all(settings, timeout)
-            except BaseException as exc:
-                self._stop_known(statefile.read(self.paths))
-                if self.chroot is not None:
-                    self.chroot.unmount(self.root)
-                statefile.write(self.paths, self.root, settings, {}, "failed")
+            except BaseException as exc:     # a signal too (signals.py): stop what started, whole, then re-raise
+                with signals.shielded():
+                    self._stop_known(statefile.read(self.paths))
+                    if self.chroot is not None:
+                        self.chroot.unmount(self.root)
+                    statefile.write(self.paths, self.root, settings, {}, "failed")
                 if not isinstance(exc, Exception):
                     raise
                 raise ClusterStartError(f"local Slurm cluster at {self.root} failed to start: {exc}") from exc
@@ -234,14 +235,12 @@ class LocalCluster:
         (normally empty)."""
         if not self.root.is_dir():
             return []
-        with self._locked():
+        with signals.shielded(), self._locked():       # a signal meanwhile waits until every daemon is stopped
             state = statefile.read(self.paths)
             known = statefile.known_procs(self.paths, self.root, state)
             if self._ctld_alive(state):
                 readiness.cancel_all_jobs(self._cli(10), min(timeout, 5))
-            remaining = d.terminate(known, grace=min(timeout, 5), kill_wait=5)
-            leftovers = d.leftover_pids(self.root, remaining, self._alt_roots())
-            remaining = d.terminate(leftovers, grace=min(timeout, 2), kill_wait=5)
+            remaining = d.sweep(self.root, known, self._alt_roots(), grace=min(timeout, 5))
             if self.chroot is not None and not remaining:
                 busy = self.chroot.unmount(self.root)
                 if busy:
@@ -386,8 +385,7 @@ class LocalCluster:
         known = [p for p in statefile.known_procs(self.paths, self.root, state) if p.alive()]
         if known:
             log.info("stopping leftover daemons of %s: %s", self.root, [p.pid for p in known])
-            d.terminate(known)
-            d.terminate(d.leftover_pids(self.root, [], self._alt_roots()))
+        d.sweep(self.root, known, self._alt_roots())   # also what a start cut short forked before its pid file
 
     def _ctld_alive(self, state: dict | None) -> bool:
         """Only then can clients answer (with slurmctld dead they retry for ~10 s)."""

@@ -22,9 +22,12 @@ import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
+from shockwave_lab.localcluster import signals
 from shockwave_lab.localcluster.config import Paths
 from shockwave_lab.localcluster.install import find_executable
 
@@ -102,30 +105,72 @@ def log_tail(path: Path, lines: int = 5) -> str:
 
 def _launch(argv: list[str], env: dict, startlog: Path, pid_file: Path, log_file: Path,
             timeout: float) -> ProcId:
-    """Run a self-daemonizing launcher, wait for it to exit 0 and for its pid file."""
+    """Run a self-daemonizing launcher (in its own session: a signal to the terminal's process group does not
+    reach it), wait for it to exit 0 and for its pid file. If anything (a signal included) interrupts this, the
+    launcher's process group is killed and a daemon it already forked is stopped by its pid file."""
     try:
         pid_file.unlink()
     except FileNotFoundError:
         pass
-    with open(startlog, "ab") as out:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, cwd=str(startlog.parent))
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise DaemonError(f"{argv[0]} launcher did not return within {timeout:.0f}s")
-    if rc != 0:
-        raise DaemonError(f"{Path(argv[0]).name} exited rc={rc}: "
-                          f"{log_tail(startlog) or log_tail(log_file)}")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    proc = None
+    try:
+        with open(startlog, "ab") as out:
+            with signals.shielded():
+                proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT, cwd=str(startlog.parent), start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise DaemonError(f"{argv[0]} launcher did not return within {timeout:.0f}s") from None
+        if rc != 0:
+            raise DaemonError(f"{Path(argv[0]).name} exited rc={rc}: "
+                              f"{log_tail(startlog) or log_tail(log_file)}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ident = identify(read_pid_file(pid_file))
+            if ident is not None:
+                return ident
+            time.sleep(0.02)
+        raise DaemonError(f"{Path(argv[0]).name} wrote no live pid to {pid_file}: {log_tail(log_file)}")
+    except BaseException:
+        with signals.shielded():
+            if proc is not None:
+                signals.kill_group(proc)
+                if proc.returncode == 0 or proc.returncode == -signal.SIGKILL:
+                    _stop_from_pid_file(pid_file, Path(argv[0]).name)
+        raise
+
+
+def _stop_from_pid_file(pid_file: Path, name: str, wait: float = 1.0) -> None:
+    """A daemon forked by an interrupted launcher: stop it by the pid file it writes (removed before the launch,
+    so a pid in it is fresh), checked to run ``name``."""
+    deadline = time.monotonic() + wait
+    while True:
         ident = identify(read_pid_file(pid_file))
-        if ident is not None:
-            return ident
-        time.sleep(0.02)
-    raise DaemonError(f"{Path(argv[0]).name} wrote no live pid to {pid_file}: {log_tail(log_file)}")
+        if ident is not None and _comm(ident.pid).startswith(name[:15]):
+            terminate([ident])
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@contextmanager
+def owned(ident: ProcId) -> Iterator[ProcId]:
+    """While a started daemon is made ready (and not yet recorded by the caller): stop it if the block raises."""
+    try:
+        yield ident
+    except BaseException:
+        with signals.shielded():
+            terminate([ident])
+        raise
 
 
 def _exe(name: str, bin_dir: Path | None = None) -> str:
@@ -158,10 +203,11 @@ def start_munged(paths: Paths, timeout: float = 10, bin_dir: Path | None = None)
     ident = _launch(argv, dict(os.environ), paths.munge / "munged.start.log",
                     paths.pid_file("munged"), paths.log_file("munged"), timeout)
     deadline = time.monotonic() + timeout
-    while not paths.munge_socket.exists():
-        if time.monotonic() > deadline:
-            raise DaemonError(f"munged socket did not appear: {log_tail(paths.log_file('munged'))}")
-        time.sleep(0.02)
+    with owned(ident):
+        while not paths.munge_socket.exists():
+            if time.monotonic() > deadline:
+                raise DaemonError(f"munged socket did not appear: {log_tail(paths.log_file('munged'))}")
+            time.sleep(0.02)
     return ident
 
 
@@ -193,14 +239,16 @@ def wait_ctld_ready(env: dict, timeout: float, bin_dir: Path | None = None) -> N
 
 
 def stop_child(proc: "subprocess.Popen", grace: float = 60.0) -> None:
-    """Stop a child this process started (its Popen): SIGTERM, SIGKILL after ``grace`` s; reaped either way."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    """Stop a child this process started (its Popen): SIGTERM, SIGKILL after ``grace`` s; reaped either way.
+    A signal meanwhile is held back until it is stopped (:func:`.signals.shielded`)."""
+    with signals.shielded():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
 def terminate(procs: list[ProcId], grace: float = 5.0, kill_wait: float = 5.0) -> list[ProcId]:
@@ -255,8 +303,15 @@ def _belongs_to_root(pid: int, root: str, also: tuple[str, ...] = ()) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    return (_under(cwd, root) or any(_under(cwd, a) for a in also)
-            or (root.rstrip("/") + "/") in cmdline)
+    if (_under(cwd, root) or any(_under(cwd, a) for a in also)
+            or (root.rstrip("/") + "/") in cmdline):
+        return True
+    try:       # a daemon started with our SLURM_CONF (slurmdbd's command line names no path)
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    prefix = f"SLURM_CONF={root.rstrip('/')}/".encode()
+    return any(e.startswith(prefix) for e in env)
 
 
 def _job_of_cluster(pid: int, conf_entry: bytes) -> bool:
@@ -288,6 +343,19 @@ def leftover_pids(root: Path, known: list[ProcId], also: tuple[str, ...] = ()) -
         found |= frontier
         frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found - protected
     return [ident for ident in (identify(pid) for pid in sorted(found)) if ident is not None]
+
+
+def sweep(root: Path, known: list[ProcId], also: tuple[str, ...] = (), grace: float = 5.0) -> list[ProcId]:
+    """Stop ``known`` (SIGTERM, SIGKILL after ``grace`` s), then whatever :func:`leftover_pids` finds, looking
+    again until a pass finds nothing new (a daemon forked while the last pass ran). Returns the processes still
+    alive (normally none)."""
+    remaining = terminate(known, grace=grace, kill_wait=5)
+    for _ in range(4):
+        found = leftover_pids(root, remaining, also)
+        if not found:
+            break
+        remaining = terminate(found, grace=min(grace, 2.0), kill_wait=5)
+    return remaining
 
 
 def _own_ancestry() -> set[int]:

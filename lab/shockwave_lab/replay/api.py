@@ -45,7 +45,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     r = Replay(jobs, gpus=gpus, nodes=nodes, time_scale=time_scale, policy=policy, out=out, keep=keep, slurm=slurm,
                timeout_s=timeout_s, expected_s=expected, progress_every=progress_every)
     load_before = os.getloadavg()
-    raw = r.run()
+    raw = r.run()            # SIGTERM/SIGHUP/SIGINT meanwhile: every process it started is stopped, then it raises
     real = measure(raw, jobs, time_scale, gpus, policy)
     cost = real.get("restart_cost_s")
     sim = compare.simulate(specs, table, gpus, nodes, policy, start_cost(real), time_scale)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable, signals
 from shockwave_lab.localcluster.daemons import stop_child
 from slurm_shockwave.slurm import FINISHED_STATES
 from shockwave_lab.replay.collect import gather
@@ -68,25 +69,37 @@ class Replay:
         self.t0 = 0.0
         self.left_daemons: list[int] = []
         self._submit_error: Exception | None = None
+        self._submit_stop = threading.Event()       # set: the submitter starts no more sbatch
+        self._submit_lock = threading.Lock()
+        self._sbatch_proc: subprocess.Popen | None = None
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> dict:
-        """Run and measure; returns the raw measurements (collect.measure's input plus timings)."""
+        """Run and measure; returns the raw measurements (collect.measure's input plus timings).
+
+        SIGTERM, SIGHUP and SIGINT meanwhile stop the submitter, the controller, every daemon and job, by pid,
+        before the exception (Terminated, KeyboardInterrupt) leaves (localcluster/signals.py)."""
         started = time.monotonic()
-        try:
-            self._start_cluster()
-            self._prepare()
-            if self.policy != "slurm":
-                self._start_controller()
-            self.t0 = time.time()
-            submitter = threading.Thread(target=self._submit_all, daemon=True)
-            submitter.start()
-            self._watch(submitter)
-            self._stop_controller()
-            raw = gather(self)
-        finally:
-            self._stop_controller()
-            self._stop()
+        submitter = None
+        with signals.orderly_teardown():
+            try:
+                self._start_cluster()
+                self._prepare()
+                if self.policy != "slurm":
+                    self._start_controller()
+                self.t0 = time.time()
+                submitter = threading.Thread(target=self._submit_all, daemon=True)
+                submitter.start()
+                self._watch(submitter)
+                self._stop_controller()
+                raw = gather(self)
+            finally:
+                with signals.shielded():
+                    try:
+                        self._stop_submitter(submitter)
+                        self._stop_controller()
+                    finally:
+                        self._stop()
         raw["wall_s"] = time.monotonic() - started
         if self.left_daemons:
             raise ReplayError(f"daemons still alive after the cluster was stopped: {self.left_daemons}")
@@ -134,9 +147,9 @@ class Replay:
         return self.root / "work" / user
 
     def _users_can_run_python(self, user: str) -> bool:
-        r = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-c", "import slurm_shockwave.wrapper"],
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=120,
-                           stdin=subprocess.DEVNULL, cwd="/")
+        r = signals.run_group(["runuser", "-u", user, "--", sys.executable, "-c", "import slurm_shockwave.wrapper"],
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=120,
+                              stdin=subprocess.DEVNULL, cwd="/")
         return r.returncode == 0
 
     def config_text(self) -> str:
@@ -154,10 +167,11 @@ class Replay:
         cfg = self.root / "controller.toml"
         cfg.write_text(self.config_text())
         self.controller_log = open(self.root / "controller.log", "w")
-        self.controller = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config",
-                                            str(cfg)], env={**os.environ, "PYTHONPATH": str(REPO)},
-                                           stdout=self.controller_log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL)
+        with signals.shielded():     # started and recorded together; its own session: a terminal's ^C is ours
+            self.controller = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run",
+                                                "--config", str(cfg)], env={**os.environ, "PYTHONPATH": str(REPO)},
+                                               stdout=self.controller_log, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True)
         self.out(f"controller started (pid {self.controller.pid}, policy {self.policy}, authoritative, "
                  f"{self.round_seconds:g} s rounds = 120 s / {self.scale:g})")
 
@@ -175,16 +189,29 @@ class Replay:
         python = str(self.cluster.bin_dir / "host-python") if self.cluster.bin_dir else sys.executable
         env = {**os.environ, **self.cluster.env, "SHOCKWAVE_PYTHON": python, "SHOCKWAVE_STORE": str(self.store),
                "PYTHONPATH": str(REPO)}
-        r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=work, timeout=60,
-                           stdin=subprocess.DEVNULL)
-        if r.returncode != 0:
-            raise ReplayError(f"sbatch for {j.name} failed: {r.stderr.strip()}")
-        return int(r.stdout.strip().split(";")[0])
+        with self._submit_lock:      # the replay's teardown kills the sbatch running, and no other starts
+            if self._submit_stop.is_set():
+                raise ReplayError("the replay is stopping")
+            self._sbatch_proc = proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.PIPE, text=True, cwd=work,
+                                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            signals.kill_group(proc)
+            raise ReplayError(f"sbatch for {j.name} did not return within 60 s") from None
+        finally:
+            with self._submit_lock:
+                self._sbatch_proc = None
+        if proc.returncode != 0:
+            raise ReplayError(f"sbatch for {j.name} failed: {err.strip()}")
+        return int(out.strip().split(";")[0])
 
     def _submit_all(self) -> None:
         try:
             for j in sorted(self.jobs, key=lambda j: (j.arrival_s, j.index)):
-                time.sleep(max(0.0, self.t0 + j.arrival_s / self.scale - time.time()))
+                if self._submit_stop.wait(max(0.0, self.t0 + j.arrival_s / self.scale - time.time())):
+                    return
                 at = time.time()
                 self.submitted[j.name] = {"job_id": self._sbatch(j), "submit": at}
         except Exception as e:  # noqa: BLE001 - reported by the watcher, which stops the replay
@@ -241,9 +268,22 @@ class Replay:
                  f"submitted, {rnd}, elapsed {elapsed:.0f} s{exp}")
 
     # ------------------------------------------------------------------ stop
+    def _stop_submitter(self, submitter: threading.Thread | None) -> None:
+        """No sbatch after this; the one running (if any) is killed with its process group."""
+        with self._submit_lock:
+            self._submit_stop.set()
+            proc = self._sbatch_proc
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)     # reaped by the submitter's communicate()
+            except (ProcessLookupError, PermissionError):
+                pass
+        if submitter is not None:
+            submitter.join(10)
+
     def _stop_controller(self) -> None:
         if self.controller is not None:
-            stop_child(self.controller)
+            stop_child(self.controller, grace=10 if signals.stopping() else 60)
             self.controller_log.close()
             self.controller = None
 
