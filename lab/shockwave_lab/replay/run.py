@@ -121,10 +121,10 @@ class Replay:
                  f"{self.gpus // self.nodes} fake GPUs ({self.root})")
 
     def _prepare(self) -> None:
-        from shockwave_lab.demo.run import ensure_user
+        from shockwave_lab.localcluster.accounting import ensure_users
         from slurm_shockwave.events.store import provision_user_dir
         users = sorted({j.user for j in self.jobs})
-        pws = {u: ensure_user(u) for u in users}
+        pws = ensure_users(users)
         self.as_users = self.cluster.bin_dir is None and self._users_can_run_python(users[0])
         if not self.as_users:
             self.out("note: jobs are submitted as root (Slurm from a Debian root, or this python is not usable by "
