@@ -80,3 +80,21 @@ def test_short_demo_end_to_end(tmp_path):
     assert len({j["user"] for j in res["jobs"]}) == 3
     text = doc.read_text()
     assert "| (trace seconds) | plain Slurm | Shockwave | plain Slurm, simulated | Shockwave, simulated |" in text
+    # the page comes with the result it is made from, and regenerates from it identically
+    again = tmp_path / "again.md"
+    r = CliRunner().invoke(cli, ["demo", "--from-json", str(doc.with_suffix(".json")), "--write-doc", str(again)])
+    assert r.exit_code == 0, r.output[-3000:]
+    assert again.read_text() == text
+
+
+def test_the_committed_demo_page_regenerates_from_its_stored_result(tmp_path):
+    from shockwave_lab.bench import ROOT
+    doc = ROOT / "docs" / "demo.md"
+    out = tmp_path / "demo.md"
+    r = CliRunner().invoke(cli, ["demo", "--from-json", str(doc.with_suffix(".json")), "--write-doc", str(out)])
+    assert r.exit_code == 0, r.output[-3000:]
+    assert out.read_text() == doc.read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"runs": 1}')
+    r = CliRunner().invoke(cli, ["demo", "--from-json", str(bad)])
+    assert r.exit_code == 1 and "not a demo result" in r.output

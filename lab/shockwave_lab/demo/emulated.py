@@ -91,10 +91,10 @@ def _v(runs, label, kind, key):
 
 
 def summary_rows(res: dict) -> tuple[list[str], list[list[str]]]:
-    from shockwave_lab.replay.compare import KEYS, _fmt
+    from shockwave_lab.replay.compare import KEYS, fmt_figure
     runs = res.get("runs") or {}
     cols = [(label, kind, title) for label, kind, title in COLUMNS if (runs.get(label) or {}).get(kind)]
-    rows = [[title] + [_fmt(_v(runs, label, kind, key), nd) for label, kind, _ in cols]
+    rows = [[title] + [fmt_figure(_v(runs, label, kind, key), nd) for label, kind, _ in cols]
             for key, title, nd in KEYS]
     users = sorted({u for label, kind, _ in cols for u in (_v(runs, label, kind, "user_share") or {})})
     for u in users:
@@ -145,8 +145,23 @@ MODEL_WORDS = ("the simulator's model of a Slurm site: multifactor priority, con
                "limits, decided at each of the cluster's scheduler passes, 1 s of wall time")
 
 
-def render_markdown(res: dict, load: str = "?", cpus: int | None = None) -> str:
+def load_result(path: Path) -> dict:
+    """A demo's stored result (the JSON `--write-doc` writes beside the page); one-line ValueError if it is not one."""
+    import json
+    try:
+        res = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable demo result ({e})") from None
+    if not isinstance(res, dict) or not isinstance(res.get("runs"), dict) or "time_scale" not in res:
+        raise ValueError(f"{path}: not a demo result (no runs or time_scale)")
+    return res
+
+
+def render_markdown(res: dict) -> str:
+    """docs/demo.md from a demo's result alone (what `--write-doc` stores beside it as JSON), so the page regenerates
+    identically from the stored result (`shockwave demo --from-json docs/demo.json --write-doc docs/demo.md`)."""
     head, rows = summary_rows(res)
+    load, cpus = res.get("load", "?"), res.get("cpus")
     table = "\n".join(["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
                       + ["| " + " | ".join(r) + " |" for r in rows])
     jobs = "\n".join(f"| {w['name']} | {w['user']} | {w['model']} | {w['mode']} | {w['gpus']} | {w['epochs']} | "
@@ -156,7 +171,7 @@ def render_markdown(res: dict, load: str = "?", cpus: int | None = None) -> str:
     cmd = "shockwave demo" + (" --short" if res.get("short") else "") + " --write-doc docs/demo.md"
     return f"""# The demo: plain Slurm vs Shockwave, same jobs, real Slurm, simulated beside
 
-Written by the demo itself on {time.strftime('%Y-%m-%d %H:%M %Z')}:
+Written by the demo itself on {res.get('written_at', '?')}:
 
     {cmd}
 
@@ -172,7 +187,7 @@ each at its arrival time / {res['time_scale']:g}, round robin as {USERS} users:
    {res['round_seconds']:g} s) holds deferred jobs, releases planned ones and checkpoints + requeues jobs that lose
    their round.
 
-Each job is an emulated training program (`slurm_shockwave/replay/emujob.py`) under the real wrapper
+Each job is an emulated training program (`lab/shockwave_lab/replay/emujob.py`) under the real wrapper
 (`shockwave-run`): it follows its trace job's batch-size schedule (GNS doubling, Accordion), sleeps each epoch's
 profiled duration / {res['time_scale']:g}, reports every epoch through the Training API to the event store,
 checkpoints after each epoch and on Slurm's signal, and resumes after a requeue. No job uses the CPU, so the

@@ -104,7 +104,7 @@ def deviation(real: dict, sim: dict) -> dict:
     return out
 
 
-def _fmt(v, nd) -> str:
+def fmt_figure(v, nd) -> str:
     if v is None:
         return "-"
     return f"{v:,.{nd}f}"
@@ -117,7 +117,7 @@ def rows(result: dict) -> list[list[str]]:
     for key, label, nd in KEYS:
         d = dev.get(key)
         dtext = "" if d is None else (f"{100 * d:+.1f}%" if key.endswith("_s") else f"{d:+.{max(nd, 1)}f}")
-        out.append([label, _fmt(real.get(key), nd), _fmt(sim.get(key), nd), dtext])
+        out.append([label, fmt_figure(real.get(key), nd), fmt_figure(sim.get(key), nd), dtext])
     for u in sorted(set(real.get("user_share") or {}) | set(sim.get("user_share") or {})):
         a, b = (real.get("user_share") or {}).get(u), (sim.get("user_share") or {}).get(u)
         out.append([f"GPU share {u}", "-" if a is None else f"{100 * a:.1f}%", "-" if b is None else f"{100 * b:.1f}%",
