@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+import shockwave_lab
+import slurm_shockwave
 from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable, signals
 from shockwave_lab.localcluster.daemons import stop_child
 from slurm_shockwave.slurm import FINISHED_STATES
@@ -32,7 +34,12 @@ from shockwave_lab.replay.site import account_of, controller_timing, site_priori
 from shockwave_lab.replay import plan as P
 from shockwave_lab.replay.errors import ReplayError
 
-REPO = Path(__file__).resolve().parent.parent.parent
+#: where the product and the lab are imported from: on the jobs' and the controller's PYTHONPATH, and bound (read-only,
+#: at the same path) into a Debian root, so that a job run there imports both as the host does
+SOURCES = tuple(dict.fromkeys(Path(m.__file__).resolve().parents[1] for m in (slurm_shockwave, shockwave_lab)))
+PYTHONPATH = os.pathsep.join(map(str, SOURCES))
+#: the folders to bind: a source inside another (the lab inside the product's checkout) comes with it
+BINDS = [s for s in SOURCES if not any(o != s and s.is_relative_to(o) for o in SOURCES)]
 JOB_SCRIPT = Path(__file__).resolve().parent / "emujob.sh"
 TIME_LIMIT_FACTOR = 1.5
 #: CPUs of a node per GPU: a job asks for its GPUs' share of a node's CPUs (Slurm's job size factor counts CPUs)
@@ -112,7 +119,7 @@ class Replay:
         users = sorted({j.user for j in self.jobs})
         self.cluster = LocalCluster(self.root / "slurm", nodes=self.nodes, gpus_per_node=self.gpus // self.nodes,
                                     cpus_per_node=CPUS_PER_GPU * max(1, self.gpus // self.nodes), slurm=self.slurm,
-                                    binds=[REPO], rw_binds=[self.root], host_python=sys.executable,
+                                    binds=BINDS, rw_binds=[self.root], host_python=sys.executable,
                                     extra_conf=site_priority(self.scale),
                                     accounts={account_of(u): 1 for u in users}, users={u: account_of(u) for u in users})
         self.cluster.ensure_installed()
@@ -148,7 +155,7 @@ class Replay:
 
     def _users_can_run_python(self, user: str) -> bool:
         r = signals.run_group(["runuser", "-u", user, "--", sys.executable, "-c", "import slurm_shockwave.wrapper"],
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": PYTHONPATH}, capture_output=True, timeout=120,
                               stdin=subprocess.DEVNULL, cwd="/")
         return r.returncode == 0
 
@@ -169,7 +176,7 @@ class Replay:
         self.controller_log = open(self.root / "controller.log", "w")
         with signals.shielded():     # started and recorded together; its own session: a terminal's ^C is ours
             self.controller = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run",
-                                                "--config", str(cfg)], env={**os.environ, "PYTHONPATH": str(REPO)},
+                                                "--config", str(cfg)], env={**os.environ, "PYTHONPATH": PYTHONPATH},
                                                stdout=self.controller_log, stderr=subprocess.STDOUT,
                                                stdin=subprocess.DEVNULL, start_new_session=True)
         self.out(f"controller started (pid {self.controller.pid}, policy {self.policy}, authoritative, "
@@ -188,7 +195,7 @@ class Replay:
                 "--spec", str(work / f"{j.name}.json"), "--timeline", str(work / f"{j.name}.timeline.jsonl")]
         python = str(self.cluster.bin_dir / "host-python") if self.cluster.bin_dir else sys.executable
         env = {**os.environ, **self.cluster.env, "SHOCKWAVE_PYTHON": python, "SHOCKWAVE_STORE": str(self.store),
-               "PYTHONPATH": str(REPO)}
+               "PYTHONPATH": PYTHONPATH}
         with self._submit_lock:      # the replay's teardown kills the sbatch running, and no other starts
             if self._submit_stop.is_set():
                 raise ReplayError("the replay is stopping")
