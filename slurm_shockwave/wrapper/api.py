@@ -11,7 +11,9 @@ Usage inside a program started by ``shockwave-run``::
 Writing events never raises: failures are reported on stderr (a few times) and ignored.
 The API installs handlers for the checkpoint signal (``$SHOCKWAVE_CHECKPOINT_SIGNAL``,
 default SIGUSR1) and SIGTERM that only set a flag: the program must poll
-``should_checkpoint()``, save, call ``checkpointed(path)`` and exit.
+``should_checkpoint()``, save, call ``checkpointed(path)`` and exit.  The flag is also set by the wrapper's
+request file (``$SHOCKWAVE_CHECKPOINT_REQUEST_FILE``, a stat at most every 0.5 s), the path by which a request
+reaches the ranks behind a launcher.  In a multi-process job only global rank 0 (``ranks.py``) writes events.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from slurm_shockwave.events.schema import is_valid_job_id
 from slurm_shockwave.events.store import ensure_job_dir
 from slurm_shockwave.events.writer import EventWriter
+from slurm_shockwave.wrapper import ranks
 from slurm_shockwave.wrapper.context import (
     DEFAULT_SIGNAL,
     ENV_CKPT_SIGNAL,
@@ -105,8 +108,11 @@ class Reporter:
         self._next_file_check = 0.0
         self.writer: EventWriter | None = None
         path = event_file or env.get(ENV_EVENT_FILE)
+        self.rank = ranks.detect(env)
         try:
-            if not is_valid_job_id(self.job_id):
+            if not self.rank.leader:
+                pass  # one rank reports: the others' events would repeat its own
+            elif not is_valid_job_id(self.job_id):
                 if path or env.get(ENV_STORE):
                     warn(f"events disabled: bad or missing job id {self.job_id[:40]!r}")
             elif path:

@@ -4,7 +4,9 @@
 fsync, ``os.replace``, fsync of the directory.  The previous checkpoint is kept as
 ``checkpoint.prev.pkl`` and used if the newest one cannot be read.  A crash or SIGKILL
 mid-save leaves the old checkpoint intact (and at worst a stale ``.tmp`` file, removed
-by the next save).
+by a later save once it is 10 minutes old).  Every save has its own temp name, so two
+processes saving into one directory never remove each other's file (the last rename wins);
+``Training`` has only global rank 0 save, or each rank its own file (``per_rank=True``).
 
 The payload is pickled (torch tensors pickle fine); only load checkpoints you wrote.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from typing import Any
 from slurm_shockwave.wrapper.context import warn
 
 FORMAT = 1
+STALE_TMP_S = 600  # a temp file not written to for this long belongs to a save that died
 
 
 class CheckpointManager:
@@ -61,14 +65,19 @@ class CheckpointManager:
             "time": time.time(),
             "state": state,
         }
-        tmp = self.dir / f".{self.path.name}.{os.getpid()}.tmp"
+        tmp = self.dir / f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         for stale in self.dir.glob(f".{self.path.name}.*.tmp"):
-            if stale != tmp:
-                _unlink(stale)
-        with open(tmp, "wb") as fh:
-            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            fh.flush()
-            os.fsync(fh.fileno())
+            with contextlib.suppress(OSError):
+                if stale.stat().st_mtime < time.time() - STALE_TMP_S:
+                    stale.unlink()
+        try:
+            with open(tmp, "wb") as fh:
+                pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            _unlink(tmp)
+            raise
         if self.path.exists():
             _unlink(self.prev_path)
             with contextlib.suppress(OSError):

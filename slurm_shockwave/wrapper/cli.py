@@ -4,12 +4,16 @@
   unless told otherwise) and exports SHOCKWAVE_* variables; says in one line of the job's output where the job
   reports, or that it cannot (then the program is not told about the store);
 * records ``start`` and ``exit`` (with the exit code) events;
-* forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 to the child;
-* turns the preemption signal (``--signal``, default USR1, as in ``sbatch
-  --signal=B:USR1@<grace>``) into a checkpoint request: it is forwarded, a request file is
-  created (so a request that arrives before the child's API is ready is not lost), and
-  the child's ``api.should_checkpoint()`` becomes true.  The child starts with that signal
-  ignored until it installs its own handler, so an early signal cannot kill it.
+* forwards SIGTERM, SIGINT, SIGHUP to the child, and SIGUSR1/SIGUSR2 only to a child that catches them (else
+  they would kill it, or be lost in it: torchrun ignores them);
+* turns the preemption signal (``--signal``, default USR1, as in ``sbatch --signal=B:USR1@<grace>``) into a
+  checkpoint request: a request file is created that every rank polls (``$SHOCKWAVE_CHECKPOINT_REQUEST_FILE``:
+  ``checkpoint.request`` in the job's own directory of the event store, which all nodes and the controller
+  share; else in the checkpoint directory, which every rank reads on resume), so ``should_checkpoint()``
+  becomes true in every process, behind any launcher, and a request that arrives before the program is ready
+  is not lost.  The signal itself goes only to a child that catches it and is not a launcher (``LAUNCHERS``:
+  torchrun ends its workers on a signal it handles; srun and mpirun pass it to tasks that may not have their
+  handler yet).  The child starts with that signal ignored until it installs its own handler.
 
 How a run ends is decided from the declared epochs (``outcome.py``): all done -> the child's status; stopped
 early on the preemption signal -> ``scontrol requeue``, retried with back-off until the job's time runs out,
@@ -22,12 +26,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from slurm_shockwave.events.store import ensure_job_dir
@@ -36,6 +38,8 @@ from slurm_shockwave.wrapper import outcome
 from slurm_shockwave.wrapper.context import ENV_EVENT_FILE, ENV_STORE, JobContext, count_gpus, parse_signal, warn
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+LAUNCHERS = ("torchrun", "srun", "mpirun", "mpiexec", "accelerate", "deepspeed")
+REQUEST_NAME = "checkpoint.request"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,8 +101,7 @@ class Runner:
         self.pending: list[int] = []
         self.received: list[int] = []
         self.writer: EventWriter | None = None
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="shockwave-run-"))
-        self.request_file = self.tmpdir / "checkpoint.request"
+        self.request_file: Path | None = None
 
     # ------------------------------------------------------------------ events
     def _emit(self, kind: str, **fields) -> None:
@@ -129,14 +132,36 @@ class Runner:
         self._emit(
             "signal", signal=int(signum), reason="checkpoint request" if signum == self.ckpt_sig else "forwarded"
         )
-        if signum == self.ckpt_sig:
+        if signum == self.ckpt_sig and self.request_file is not None:
             with contextlib.suppress(OSError):
                 self.request_file.touch()
         if self.child is None:
             self.pending.append(signum)
             return
+        if signum in (signal.SIGUSR1, signal.SIGUSR2) and not self._child_takes(signum):
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.child.pid, signum)
+
+    def _child_takes(self, signum: int) -> bool:
+        """USR1/USR2 go to a child that catches them; the checkpoint signal never to a launcher."""
+        cmd = self.cmd
+        if signum == self.ckpt_sig and (
+            os.path.basename(cmd[0]) in LAUNCHERS or any(a.startswith("torch.distributed.") for a in cmd[1:3])
+        ):
+            return False
+        return self.child is not None and _catches(self.child.pid, signum)
+
+    def _request_path(self) -> Path | None:
+        """Where the checkpoint request is recorded, on a filesystem all the job's nodes share (module docstring)."""
+        if self.writer is not None:
+            return Path(self.ctx.event_file).parent / REQUEST_NAME
+        try:
+            self.ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            return self.ctx.checkpoint_dir / f".{REQUEST_NAME}"
+        except OSError as exc:
+            warn(f"no checkpoint request file ({exc}): only a program that catches the signal sees the request")
+            return None
 
     def _child_setup(self) -> None:  # runs in the child between fork and exec
         signal.signal(self.ckpt_sig, signal.SIG_IGN)
@@ -144,6 +169,8 @@ class Runner:
     # --------------------------------------------------------------------- run
     def run(self) -> int:
         self._setup_events()
+        self.request_file = self._request_path()
+        self._drop_request()  # left by an earlier run of this job that was killed
         env = dict(os.environ)
         env.update(self.ctx.child_env(self.ckpt_sig.name[3:], self.request_file))
         if self.writer is None:
@@ -155,8 +182,13 @@ class Runner:
         for s, h in previous.items():
             # a late checkpoint signal must not kill us as we exit (SIG_DFL of USR1 terminates): keep it ignored
             signal.signal(s, signal.SIG_IGN if s == self.ckpt_sig and h in (signal.SIG_DFL, None) else h)
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        self._drop_request()
         return code
+
+    def _drop_request(self) -> None:
+        if self.request_file is not None:
+            with contextlib.suppress(OSError):
+                self.request_file.unlink()
 
     def _run_child(self, env: dict[str, str]) -> int:
         try:
@@ -261,6 +293,18 @@ class Runner:
         return bool(signalled) and any(
             e.kind == "checkpoint" and e.ts >= signalled[0] and e.restart == self.ctx.restart for e in events
         )
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (SigCgt of /proc/<pid>/status; assumed without it)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
 
 
 def _retry_s() -> float:

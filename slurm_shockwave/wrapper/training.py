@@ -23,6 +23,13 @@ An epoch counts as done when the loop body runs to its end (reported by :meth:`r
 with the measured duration).  A body that ``break``s out of the loop on the checkpoint request leaves the
 epoch unfinished: the state is saved as it is (keep the position inside the epoch in ``state_dict`` to
 resume mid-epoch, else the epoch is redone from its start).
+
+Several processes (torchrun, ``srun`` one task per GPU, ``accelerate launch``): every rank builds its
+``Training``; global rank 0 reports and writes the checkpoint (every rank calls ``state_dict()``, which a
+sharded model needs; ``per_rank=True`` has each rank write its own ``checkpoint.rank<N>.pkl`` instead), and every
+rank resumes from the same checkpoint.  Once ``torch.distributed`` is initialized, :meth:`should_checkpoint` and
+the check at the end of each epoch are collectives (``ranks.agree``): every rank must call
+``should_checkpoint()`` the same number of times, and all of them stop at the same step.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from slurm_shockwave.wrapper import api
+from slurm_shockwave.wrapper import api, ranks
 from slurm_shockwave.wrapper.checkpoint import CheckpointManager
 from slurm_shockwave.wrapper.context import warn
 
@@ -57,6 +64,7 @@ class Training:
         checkpoint_dir: str | None = None,
         reporter: api.Reporter | None = None,
         save_every: int = 1,
+        per_rank: bool = False,
     ):
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
             raise TypeError("Training needs an object with state_dict() and load_state_dict(state)")
@@ -73,7 +81,9 @@ class Training:
             min_batch_size=min_batch_size,
             max_batch_size=max_batch_size,
         )
-        self.ckpt = CheckpointManager(checkpoint_dir, reporter=self)
+        self.rank, self.per_rank = ranks.detect(), per_rank
+        name = f"checkpoint.rank{self.rank.rank}" if per_rank else "checkpoint"
+        self.ckpt = CheckpointManager(checkpoint_dir, reporter=self, name=name)
         state = self.ckpt.load()
         self.start_epoch = 0
         if state is not None:
@@ -82,6 +92,7 @@ class Training:
         self.epoch: int | None = None
         self.stopped_early = False
         self._reported = False
+        self._agreed = False  # the ranks' last common answer to should_checkpoint()
         self._t0 = 0.0
 
     # the CheckpointManager reports through us, so every checkpoint event carries the total
@@ -89,8 +100,12 @@ class Training:
         return self.reporter.emit("checkpoint", path=str(path)[:1024], epoch=epoch, total_epochs=self.total_epochs)
 
     def should_checkpoint(self) -> bool:
-        """True once Slurm's preemption signal (or SIGTERM) arrived: leave the epoch, the loop saves."""
-        return self.reporter.should_checkpoint()
+        """True once Slurm's preemption signal (or SIGTERM) arrived: leave the epoch, the loop saves.
+        Under torch.distributed: true on every rank once any rank saw the request (a collective)."""
+        self._agreed = ranks.agree(self.reporter.should_checkpoint())
+        if self._agreed:
+            self.reporter.request_checkpoint()  # sticky on every rank, also for the low-level api
+        return self._agreed
 
     def report(
         self, batch_size: int | None = None, samples: int | None = None, duration_s: float | None = None, **extra: Any
@@ -107,7 +122,9 @@ class Training:
         self._reported = True
 
     def save(self, epochs_done: int) -> None:
-        self.ckpt.save(self.obj.state_dict(), epochs_done=epochs_done)
+        state = self.obj.state_dict()  # on every rank: a sharded model's state_dict() is itself a collective
+        if self.per_rank or self.rank.leader:
+            self.ckpt.save(state, epochs_done=epochs_done)
 
     def epochs(self) -> Iterator[int]:
         """The epochs still to run; saves after each, and ends early (after saving) on the signal."""
@@ -126,8 +143,8 @@ class Training:
                 if requested and epoch < self.total_epochs:
                     self.stopped_early = True
                     return
-        except GeneratorExit:  # `break` out of the loop
-            if self.should_checkpoint():  # left mid-epoch on the signal
+        except GeneratorExit:  # `break` out of the loop; under torch.distributed no new collective: the last answer
+            if self._agreed if ranks.distributed() else self.should_checkpoint():  # left mid-epoch on the signal
                 self.save(epoch + 1 if self._reported else epoch)
                 self.stopped_early = True
             else:
