@@ -11,6 +11,7 @@ its failure is logged with the entry point's name, and a command says it when it
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib.metadata import EntryPoint, entry_points
 
@@ -32,8 +33,10 @@ def load_policy_plugins() -> None:
             log.exception("policy plug-in %s (%s) cannot be loaded; skipped", ep.name, ep.value)
 
 
+@functools.cache
 def command_entry_points() -> dict[str, EntryPoint]:
-    """The sub-commands other packages add, by name (the first of a name wins)."""
+    """The sub-commands other packages add, by name (the first of a name wins); read once per process (`shockwave
+    --help` asks for every command)."""
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=COMMAND_GROUP):
         found.setdefault(ep.name, ep)
