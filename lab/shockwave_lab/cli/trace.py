@@ -128,3 +128,72 @@ def generate(jobs, gpus, seed, interarrival, min_hours, max_hours, num_durations
     except OSError as e:
         raise OneLineError(f"{path}: {e.strerror or e}") from None
     click.echo(f"wrote {path} ({jobs} jobs)", err=True)
+
+
+@trace.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", required=True,
+              type=click.Choice(["sacct-json", "sacct", "philly", "helios", "acme", "pai", "alibaba-spot"]),
+              help="The file's format (docs/trace-import.md).")
+@click.option("--tasks", type=click.Path(dir_okay=False), default=None,
+              help="With --format pai: the task table (pai_task_table.csv) beside the job table FILE.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the job spec here (JSON Lines, .jsonl). Default: stdout.")
+@click.option("--max-gpus", type=click.IntRange(1, 100_000), default=None,
+              help="The cluster's GPUs: a larger job is dropped, or clipped to this many with --over clip.")
+@click.option("--over", type=click.Choice(["drop", "clip"]), default="drop", show_default=True,
+              help="What --max-gpus does to a larger job (clip: it keeps its run time on --max-gpus GPUs).")
+@click.option("--fractional", type=click.Choice(["round-up", "drop"]), default="round-up", show_default=True,
+              help="A job asking for a fraction of a GPU in all (Alibaba's plan_gpu < 100): round up, or drop it.")
+@click.option("--adaptation-mix", default=None, metavar="MODE=SHARE,...",
+              help="Which share of the jobs adapts, e.g. static=0.5,gns=0.3,accordion=0.2 (a seeded draw per job). "
+                   "Default: every job static (its measured run time).")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the --adaptation-mix draw.")
+@click.option("--gpu-types/--no-gpu-types", default=True, show_default=True,
+              help="Keep the trace's GPU type per job (simulate then needs a cluster of those types).")
+@click.option("--throughputs", type=click.Path(dir_okay=False), default=None,
+              help="Gavel-format throughputs the jobs' lengths are set on. Default: the bundled TACC one.")
+@click.option("--throughputs-out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the throughputs that run these jobs in simulate (every GPU count and type of the "
+                   "trace): `shockwave simulate --trace OUT --throughputs THIS`.")
+def import_(file, fmt, tasks, out, max_gpus, over, fractional, adaptation_mix, seed, gpu_types, throughputs,
+            throughputs_out):
+    """Import a real workload (a site's sacct, or a public trace) as a job spec: each job's arrival, GPUs (and
+    type), run time at those GPUs, user and account; one line says what was dropped or clipped and why."""
+    import json
+
+    from shockwave_lab.data_files import THROUGHPUTS
+    from shockwave_lab.imports import Rules, load
+    from shockwave_lab.imports.entries import missing_counts, parse_mix, throughputs_json, to_entries
+    from shockwave_lab.workload.throughputs import ThroughputTable
+    from shockwave_lab.workload.users import spec_text
+    from slurm_shockwave.loader import InputFileError
+
+    if out is not None and not out.endswith(".jsonl"):
+        raise OneLineError(f"--out must end in .jsonl (the job spec's JSON Lines), got {out!r}")
+    try:
+        mix = parse_mix(adaptation_mix) if adaptation_mix is not None else None
+        table = ThroughputTable.load(throughputs or THROUGHPUTS / "tacc_throughputs.json")
+        rows, tally = load(fmt, file, Rules(max_gpus=max_gpus, over=over, fractional=fractional), tasks)
+        entries = to_entries(rows, table, mix, seed, gpu_types)
+    except (InputFileError, ValueError) as e:
+        raise OneLineError(str(e)) from None
+    summary = tally.summary(len(entries), file)
+    if not entries:
+        raise OneLineError(f"{summary}: no jobs left to write")
+    text = spec_text(entries)
+    try:
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            Path(out).write_text(text)
+        if throughputs_out is not None:
+            Path(throughputs_out).write_text(json.dumps(throughputs_json(entries, table), indent=1) + "\n")
+    except OSError as e:
+        raise OneLineError(f"{e.filename or out}: {e.strerror or e}") from None
+    click.echo(summary, err=True)
+    lacking = missing_counts(entries, table)
+    if lacking and throughputs_out is None:
+        click.echo(f"note: {table.source} has no throughput at {', '.join(map(str, lacking))} GPUs: write one with "
+                   "--throughputs-out and give it to simulate --throughputs", err=True)

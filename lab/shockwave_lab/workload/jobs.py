@@ -31,6 +31,7 @@ class JobSpec:
     isolated_runtime: float = 0.0
     extra: dict = field(default_factory=dict, compare=False)
     gpu_type: str | None = None   # the GPU type the job asked for (None: any type it can run on)
+    preemptible: bool | None = None   # the source says it may (True) / may not (False) be preempted; None: unknown
 
     @property
     def declared_max_bs(self) -> int:

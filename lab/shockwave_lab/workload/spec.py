@@ -10,7 +10,7 @@ Accepted files:
 
 Fields per job (required: model, batch_size, and one of epochs/total_steps):
   id, arrival (s, default 0), model, batch_size, gpus (default 1), mode (static|gns|accordion),
-  epochs | total_steps, samples_per_epoch, user, account, weight (> 0), max_batch_size, gpu_type,
+  epochs | total_steps, samples_per_epoch, user, account, weight (> 0), max_batch_size, gpu_type, preemptible,
   gns_schedule = [[bs, n_epochs], ...]   (GNS: run-length target batch size per epoch),
   critical_epochs = [[start, stop), ...] (Accordion: epochs in the critical, small-batch regime).
 """
@@ -85,6 +85,7 @@ class JobEntry(BaseModel):
     gns_schedule: list[Pair[PosInt]] | None = Field(None, min_length=1)      # [[batch size, epochs], ...]
     critical_epochs: list[Pair[NonNegInt]] | None = None                    # [[start, stop), ...]
     gpu_type: str | None = Field(None, min_length=1, max_length=100)        # e.g. "v100" (None: any type)
+    preemptible: bool | None = None                                         # may be preempted (None: unknown)
 
 
 def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
@@ -129,4 +130,5 @@ def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
     return JobSpec(job_id=e.id if e.id is not None else index, arrival_time=e.arrival, model=model, initial_bs=bs,
                    num_gpus=gpus, mode=e.mode, total_steps=total_steps, samples_per_epoch=samples, user=e.user,
                    account=e.account if e.account is not None else e.user, weight=e.weight, gns_schedule=gns,
-                   accordion_critical=critical, max_bs=max_bs, gpu_type=e.gpu_type)
+                   accordion_critical=critical, max_bs=max_bs, gpu_type=e.gpu_type,
+                   preemptible=e.preemptible)
