@@ -173,3 +173,41 @@ def test_the_share_each_rule_decided_is_exported_per_round():
     assert 'shockwave_round_rule_share{rule="critical_path"} 0.5' in text
     assert 'shockwave_round_rule_share{rule="guard"} 0.0' in text
     assert 'shockwave_gpu_rounds_total{rule="market"} 8.0' in text
+
+
+def test_gpu_share_and_fairness_are_exported_per_account_and_user():
+    """Per (account, user): GPUs planned this round, GPU-rounds since start, worst rho-hat; gone with their jobs."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+
+    from slurm_shockwave.controller.daemon import Controller
+    from slurm_shockwave.controller.metrics_server import ControllerMetrics
+    from slurm_shockwave.journal.record import RoundRecord
+    from solver.types import ClusterView, JobPlan, JobView, RoundDecision
+
+    def job(i, g, user, account):
+        return JobView(job_id=i, arrival_time=0.0, num_gpus=g, batch_size=32, epochs_done=0, total_epochs=5,
+                       samples_per_epoch=320, steps_done=0, total_steps=50, throughput=1.0, user=user, account=account)
+    jobs = (job(1, 4, "ann", "physics"), job(2, 2, "ann", "physics"), job(3, 2, "bob", "bio"))
+    plans = {1: JobPlan(1, rule="market", rho_hat=1.2), 2: JobPlan(2, rho_hat=0.9), 3: JobPlan(3, rule="market",
+                                                                                               rho_hat=float("nan"))}
+    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None)
+    for _ in range(2):      # ann's job 2 waits: 4 of her 6 GPUs run
+        view = ClusterView(now=0.0, round_index=3, round_length=120.0, num_gpus=8, jobs=jobs)
+        Controller._round_metrics(fake, RoundRecord(view, RoundDecision(run=(1, 3), plans=plans), 0.01, False, "p"),
+                                  busy=6)
+    text = generate_latest(fake.metrics.registry).decode()
+    assert 'shockwave_user_gpus_planned{account="physics",user="ann"} 4.0' in text
+    assert 'shockwave_user_gpus_planned{account="bio",user="bob"} 2.0' in text
+    assert 'shockwave_user_gpu_rounds_total{account="physics",user="ann"} 8.0' in text
+    assert 'shockwave_user_rho_hat_max{account="physics",user="ann"} 1.2' in text
+    assert 'shockwave_user_rho_hat_max{account="bio"' not in text          # no finite rho-hat: no sample
+    view = ClusterView(now=0.0, round_index=4, round_length=120.0, num_gpus=8, jobs=jobs[2:])   # ann's jobs ended
+    Controller._round_metrics(fake, RoundRecord(view, RoundDecision(run=(3,), plans={3: plans[3]}), 0.01, False, "p"),
+                              busy=2)
+    text = generate_latest(fake.metrics.registry).decode()
+    assert 'shockwave_user_gpus_planned{account="physics"' not in text
+    assert 'shockwave_user_rho_hat_max{account="physics"' not in text
+    assert 'shockwave_user_gpu_rounds_total{account="physics",user="ann"} 8.0' in text   # a counter keeps its total
+    assert 'shockwave_user_gpus_planned{account="bio",user="bob"} 2.0' in text

@@ -328,9 +328,11 @@ class Controller:
             states["running" if j.ran_last_round else "pending"] += 1
         for k, v in states.items():
             m.jobs.labels(k).set(v)
-        for plan in decision.plans.values():
+        rho: dict[Any, float] = {}
+        for jid, plan in decision.plans.items():
             if plan.rho_hat is not None and math.isfinite(plan.rho_hat):
-                m.rho_hat.observe(float(plan.rho_hat))
+                rho[jid] = float(plan.rho_hat)
+                m.rho_hat.observe(rho[jid])
         placed: dict[str, int] = {}
         for jid in decision.run:
             rule = decision.plans[jid].rule if jid in decision.plans else ""
@@ -340,6 +342,7 @@ class Controller:
             m.rule_share.labels(rule).set(placed.get(rule, 0) / total if total else 0.0)
         for rule, n in placed.items():
             m.gpu_rounds.labels(rule).inc(n)
+        m.set_users({j.job_id: (j.account, j.user) for j in view.jobs}, {j: gpus.get(j, 0) for j in decision.run}, rho)
         if self.reader is not None:
             m.set_event_counts(self.reader.accepted, dict(self.reader.rejected))
 

@@ -12,7 +12,7 @@ round are gauges.  Alerting on a stuck or degraded controller:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -97,8 +97,40 @@ class ControllerMetrics:
                                 "Unix time at which the last round completed", registry=r)
         self.round_length = Gauge("shockwave_round_length_seconds", "Configured round length", registry=r)
         self.round_index = Gauge("shockwave_round", "Index of the last completed round", registry=r)
+        # per account and user of the active jobs (`set_users`): what the round gives them and how fair it is
+        who = ["account", "user"]
+        self.user_gpus_planned = Gauge("shockwave_user_gpus_planned", "GPUs the plan gives the user's jobs this "
+                                       "round", who, registry=r)
+        self.user_gpu_rounds = Counter("shockwave_user_gpu_rounds", "GPU-rounds placed for the user's jobs", who,
+                                       registry=r)
+        self.user_rho_hat_max = Gauge("shockwave_user_rho_hat_max", "Worst predicted finish-time fairness of the "
+                                      "user's active jobs this round", who, registry=r)
         # fmt: on
+        self._users: dict[str, set[tuple[str, str]]] = {}
         self.server: WSGIServer | None = None
+
+    def set_users(
+        self, owners: Mapping[Hashable, tuple[str, str]], planned: Mapping[Hashable, int], rho: Mapping[Hashable, float]
+    ) -> None:
+        """Per (account, user) of this round's active jobs (`owners`: job -> (account, user)): the GPUs the plan
+        gives their jobs (`planned`: job -> GPUs), also added to their GPU-rounds, and the worst rho-hat of their
+        jobs (`rho`: job -> finite rho-hat).  A user with no active job left drops out of the gauges."""
+        gpus: dict[tuple[str, str], int] = {}
+        worst: dict[tuple[str, str], float] = {}
+        for job, (account, user) in owners.items():
+            who = (account or "unknown", user or "unknown")
+            gpus[who] = gpus.get(who, 0) + int(planned.get(job, 0))
+            if job in rho:
+                worst[who] = max(worst.get(who, rho[job]), rho[job])
+        now: Mapping[tuple[str, str], float]
+        for key, gauge, now in (("planned", self.user_gpus_planned, gpus), ("rho", self.user_rho_hat_max, worst)):
+            for who in self._users.get(key, set()) - now.keys():
+                gauge.remove(*who)
+            self._users[key] = set(now)
+            for who, v in now.items():
+                gauge.labels(*who).set(v)
+        for who, n in gpus.items():
+            self.user_gpu_rounds.labels(*who).inc(n)
 
     def set_event_counts(self, accepted: int, rejected: Mapping[str, int]) -> None:
         self.event_lines.set(accepted, rejected)
