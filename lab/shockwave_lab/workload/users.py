@@ -42,8 +42,15 @@ def with_users(jobs, users: int, seed: int = 0, splitter: int = 0, accounts: int
     names = user_names(users, splitter)
     rng = random.Random(seed + 5)
     out = []
+    sweep_user: dict[int, int] = {}
     for i, job in enumerate(jobs):
-        k = i % users if assign == "round-robin" else rng.randrange(users)
+        sweep = getattr(job, "sweep", -1)
+        if sweep >= 0 and sweep in sweep_user:
+            k = sweep_user[sweep]  # a sweep's jobs are one user's (one submission)
+        else:
+            k = i % users if assign == "round-robin" else rng.randrange(users)
+            if sweep >= 0:
+                sweep_user[sweep] = k
         parts = splitter if names[k] == SPLITTER else 1
         steps = max(1, round(job.total_steps / parts))
         mode = "static" if parts > 1 and job.mode == "accordion" and job.duration / parts < 1000 else job.mode
