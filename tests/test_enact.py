@@ -156,7 +156,7 @@ def test_authoritative_holds_signals_then_requeues_after_grace():
     comes back with it, so it never restarts by itself on the GPUs it freed (issue 22)."""
     jobs = [obs(5, state="RUNNING", restarts=0)]
     first = reconcile(jobs, set(), "authoritative", HIGH, 100.0, {}, 60, never)
-    assert [(a.verb, a.value, a.job_ids) for a in first] == [("hold", PREEMPTED, (5,)), ("signal", "USR1", (5,))]
+    assert [(a.verb, a.value, a.job_ids) for a in first] == [("hold", PREEMPTED, (5,)), ("signal", "B:USR1", (5,))]
     jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=0, ac=PREEMPTED)]
     waiting = reconcile(jobs, set(), "authoritative", HIGH, 130.0, {5: 100.0}, 60, never)
     assert waiting == []
@@ -187,7 +187,7 @@ def test_pending_job_asking_for_other_gpus_is_updated():
 def test_running_job_asking_for_other_gpus_is_requeued_first_in_authoritative_mode():
     jobs = [obs(8, state="RUNNING", gpus=1, wanted=2)]
     assert verbs(reconcile(jobs, {8}, "authoritative", HIGH, 0.0, {}, 60, never)) == \
-        {("hold", PREEMPTED): (8,), ("signal", "USR1"): (8,)}
+        {("hold", PREEMPTED): (8,), ("signal", "B:USR1"): (8,)}
     assert reconcile(jobs, {8}, "advisory", HIGH, 0.0, {}, 60, never) == []
 
 
@@ -196,7 +196,7 @@ def test_a_job_that_just_started_is_not_preempted_yet():
     assert reconcile(young, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120) == []
     old = [Observed(9, "RUNNING", False, "", 0, None, 1, None, 130.0)]
     assert verbs(reconcile(old, set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=120)) == \
-        {("hold", PREEMPTED): (9,), ("signal", "USR1"): (9,)}
+        {("hold", PREEMPTED): (9,), ("signal", "B:USR1"): (9,)}
 
 
 def test_a_signal_to_an_earlier_run_does_not_count():
@@ -204,7 +204,7 @@ def test_a_signal_to_an_earlier_run_does_not_count():
     gets its own signal and grace, it is not requeued at once without a checkpoint."""
     jobs = [obs(5, state="RUNNING", held=True, reason="JobHeldAdmin", restarts=1, ac=PREEMPTED)]
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 0]}, 60, never)) == \
-        {("signal", "USR1"): (5,)}
+        {("signal", "B:USR1"): (5,)}
     assert verbs(reconcile(jobs, set(), "authoritative", HIGH, 500.0, {5: [100.0, 1]}, 60, never)) == \
         {("requeue_hold", PREEMPTED): (5,)}
     # a signalled run whose hold was lost (kill -9 between the mark and the hold): held again, not re-signalled
@@ -279,4 +279,106 @@ def test_a_run_whose_wrapper_has_not_reported_its_start_is_not_signalled_yet():
         return verbs(reconcile([j], set(), "authoritative", HIGH, 0.0, {}, 60, never, min_run=3))
     assert run(False, 30.0) == {}
     assert run(True, 30.0) == run(False, UNREPORTED_START_S + 1) == {("hold", PREEMPTED): (9,),
-                                                                     ("signal", "USR1"): (9,)}
+                                                                     ("signal", "B:USR1"): (9,)}
+
+
+# ---------------------------------------------------------------- each job's own checkpoint signal (issue 33)
+def test_each_job_gets_its_own_signal_grouped_per_signal_and_scope():
+    """`B:NAME` goes to the batch shell, `NAME` to the job's steps (as `sbatch --signal`); one action (one scancel)
+    per signal and scope; a job that declares none gets the configured one at its batch shell; idempotent."""
+    jobs = [obs(1, state="RUNNING"), Observed(2, "RUNNING", False, "", 0, None, 1, signal="USR2"),
+            Observed(3, "RUNNING", False, "", 0, None, 1, signal="USR2"),
+            Observed(4, "RUNNING", False, "", 0, None, 1, signal="B:USR1"),
+            Observed(5, "RUNNING", False, "", 0, None, 1, signal="B:TERM")]
+    acts = reconcile(jobs, set(), "authoritative", HIGH, 100.0, {}, 60, never)
+    assert {a.value: a.job_ids for a in acts if a.verb == "signal"} == {"B:USR1": (1, 4), "USR2": (2, 3),
+                                                                        "B:TERM": (5,)}
+    assert [a.verb for a in acts].count("signal") == 3
+    signalled = {j.job_id: [100.0, 0] for j in jobs}
+    held = [Observed(j.job_id, "RUNNING", True, "JobHeldAdmin", 0, None, 1, admin_comment=PREEMPTED, mark="held",
+                     signal=j.signal) for j in jobs]
+    assert reconcile(held, set(), "authoritative", HIGH, 110.0, signalled, 60, never) == []
+    # the configured signal is the fallback, to the batch shell
+    acts = reconcile([obs(1, state="RUNNING")], set(), "authoritative", HIGH, 100.0, {}, 60, never, signal="USR2")
+    assert [(a.verb, a.value) for a in acts if a.verb == "signal"] == [("signal", "B:USR2")]
+
+
+def test_a_declared_signal_that_would_kill_is_never_sent():
+    jobs = [Observed(i, "RUNNING", False, "", 0, None, 1, signal=s) for i, s in enumerate(["KILL", "B:STOP", "SEGV"])]
+    acts = reconcile(jobs, set(), "authoritative", HIGH, 100.0, {}, 60, never, signal="USR2")
+    assert {a.value: a.job_ids for a in acts if a.verb == "signal"} == {"B:USR2": (0, 1, 2)}
+
+
+def test_the_enactor_sends_to_the_batch_shell_or_to_the_steps():
+    cli = FakeCLI()
+    acts = reconcile([obs(1, state="RUNNING"), Observed(2, "RUNNING", False, "", 0, None, 1, signal="USR2")],
+                     set(), "authoritative", HIGH, 100.0, {}, 60, never)
+    Enactor(cli, FakeState()).execute(0, acts, {})
+    assert [(a, k) for n, a, k in cli.calls if n == "signal"] == [(([1], "USR1"), {"scope": "batch"}),
+                                                                  (([2], "USR2"), {"scope": "steps"})]
+
+
+def test_the_killing_signals_are_the_configs():
+    """hints.py may not import the controller's config (test_architecture): the two sets are kept equal here."""
+    from slurm_shockwave.controller.config import _FORBIDDEN_SIGNALS
+    from slurm_shockwave.slurm.hints import KILLING_SIGNALS
+    assert set(KILLING_SIGNALS) == _FORBIDDEN_SIGNALS
+
+
+@pytest.mark.parametrize("comment, expected", [
+    ("shockwave signal=USR2", {"signal": "USR2"}), ("shockwave,epochs=3,signal=B:USR1@90", {"epochs": 3,
+                                                                                           "signal": "B:USR1"}),
+    ("shockwave:signal=sigusr2 epochs=2", {"epochs": 2, "signal": "USR2"}), ("shockwave signal=12", {"signal": "USR2"}),
+    ("shockwave signal=rb:term", {"signal": "B:TERM"}), ("shockwave signal=KILL", {"signal": "KILL"})])
+def test_the_signal_hint(comment, expected):
+    from slurm_shockwave.slurm.hints import parse_hints
+    assert parse_hints(comment, "shockwave").as_dict() == expected
+
+
+@pytest.mark.parametrize("comment", ["shockwave signal=FOO", "shockwave signal=USR1 signal=USR2", "shockwave signal=B:",
+                                     "shockwave signal=", "shockwave signal=USR2@x"])
+def test_an_invalid_signal_hint_is_refused(comment):
+    from slurm_shockwave.slurm.hints import HintError, parse_hints
+    with pytest.raises(HintError, match="signal"):
+        parse_hints(comment, "shockwave")
+
+
+def test_the_signal_of_the_submit_line_is_read_where_slurm_shows_it():
+    """Only 26.05's `squeue --json` has `submit_line` (recorded: job 1 was submitted with --signal=B:USR1@30);
+    22.05 and 24.11 show a job's --signal nowhere (squeue --json, scontrol show job, squeue -O: checked live)."""
+    from pathlib import Path
+
+    from slurm_shockwave.slurm.parse import parse_squeue_json
+    data = Path(__file__).resolve().parent / "data" / "slurm"
+    for version, want in (("22.05", ""), ("24.11", ""), ("26.05", "B:USR1")):
+        jobs = {j.job_id: j for j in parse_squeue_json((data / version / "squeue_mixed.json").read_text())}
+        assert jobs[1].signal == want and all(j.signal == "" for i, j in jobs.items() if i != 1)
+
+
+def test_a_submitit_job_is_recognised_and_a_killing_signal_is_reported(tmp_path):
+    """The backend end to end on fakes: a submitit job (its script `.submission_file_<hex>.sh`, or its output
+    `<id>_0_log.out`) is sent USR2 at its steps; a hint beats that; a job declaring KILL gets the configured signal
+    and status says why; the journal holds what was sent."""
+    from dataclasses import replace
+
+    from slurm_shockwave.slurm.jobview import job_signal
+    from solver.types import RoundDecision
+    from tests.slurm_backend_fakes import fake_backend, sent, slurm_job
+    run = dict(state="RUNNING", start_time=1)
+    jobs = [slurm_job(1, **run, command="/home/a/logs/.submission_file_0f3a9c.sh"),
+            slurm_job(2, **run, std_out="/home/a/logs/%j_0_log.out"),
+            slurm_job(3, **run, command="/home/a/logs/.submission_file_0f3a9c.sh", comment="shockwave signal=B:USR1"),
+            slurm_job(4, **run, comment="shockwave signal=KILL"), slurm_job(5, **run, command="/home/a/train.sh"),
+            slurm_job(6, **run, signal="B:TERM")]
+    assert job_signal(replace(jobs[1], std_out="/l/123_0_log.out"), {}, "USR1") == ("USR2", None)
+    assert job_signal(replace(jobs[1], std_out="/l/123_0_log.out.bak"), {}, "USR1") == ("B:USR1", None)
+    b = fake_backend(tmp_path, jobs, mode="authoritative", clock=lambda: 1000.0)
+    b.observe()
+    b.apply(RoundDecision(run=()))
+    assert {a.value: a.job_ids for a in sent(b) if a.verb == "signal"} == {"USR2": (1, 2), "B:USR1": (3, 4, 5),
+                                                                         "B:TERM": (6,)}
+    calls = [(ids, k["sig"], k["scope"]) for n, ids, k in b.cli.calls if n == "signal"]
+    assert sorted(calls) == [([1, 2], "USR2", "steps"), ([3, 4, 5], "USR1", "batch"), ([6], "TERM", "batch")]
+    warnings = b.round_context().jobs["4"].warnings
+    assert any("KILL would kill it" in w and "B:USR1" in w for w in warnings), warnings
+    assert not any("signal" in w for w in b.round_context().jobs["1"].warnings)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from pydantic_core import InitErrorDetails
 
 
-#: signals that would kill or freeze a job instead of asking it to checkpoint
+#: signals that would kill or freeze a job instead of asking it to checkpoint (a job's own declared signal follows the
+#: same rule: slurm/hints.py KILLING_SIGNALS, kept equal by tests/test_enact.py; this package may not import that one)
 _FORBIDDEN_SIGNALS = {"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"}
 #: `json_schema_extra` of a setting whose change needs a restart (SIGHUP keeps the running value and says so)
 RESTART: JsonDict = {"restart": True}

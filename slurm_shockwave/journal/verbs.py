@@ -12,7 +12,7 @@ class Verb(StrEnum):
     HOLD = "hold"  # marked and held as admin (Priority=0) in one update
     RELEASE = "release"  # released, StartTime=now, unmarked
     MARK = "mark"  # only the AdminComment mark rewritten
-    SIGNAL = "signal"  # the checkpoint signal to the batch step
+    SIGNAL = "signal"  # the checkpoint signal: value `B:NAME` (batch shell, scancel --batch) or `NAME` (the job steps)
     REQUEUE_HOLD = "requeue_hold"  # requeued held (then held as admin)
     UPDATE_GPUS = "update_gpus"  # a pending job's GPU count (TresPerNode=gres:gpu:[type:]N)
     PLACE_TRES = "place_tres"  # a pending job to a GPU type through its request (Slurm 23.11+)

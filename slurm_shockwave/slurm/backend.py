@@ -43,13 +43,6 @@ from solver.types import ClusterView, JobView, RoundDecision
 log = logging.getLogger("slurm_shockwave.slurm")
 
 
-def parse_marker(comment: str, marker: str, max_gpus: int | None = None) -> dict | None:
-    """`shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None if the comment lacks the marker (the one
-    rule of hints.is_marked); raises HintError (one line) on invalid hints (hints.parse_hints)."""
-    hints = parse_hints(comment, marker, max_gpus)
-    return None if hints is None else hints.as_dict()
-
-
 class SlurmBackend(ServiceBackend):
     label = "Slurm"
 
@@ -155,8 +148,9 @@ class SlurmBackend(ServiceBackend):
             if not in_partition(job, self.cfg.partition):
                 return None
             problem = job.problem
-            try:
-                marker = parse_marker(job.comment, self.cfg.marker, self._partition_gpus or None)
+            try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
+                hints = parse_hints(job.comment, self.cfg.marker, self._partition_gpus or None)
+                marker = None if hints is None else hints.as_dict()
             except HintError as e:
                 marker, problem = None, problem or f"invalid hints: {e}"
             if marker is None and self.cfg.managed_by == "partition" and not problem:
@@ -237,6 +231,7 @@ class SlurmBackend(ServiceBackend):
                 # a job that never reported runs without the wrapper
                 progress.start_restart >= j.restart_count or progress.last_event_ts is None,
                 self.types.pinned(j),
+                jobview.job_signal(j, marker, self.cfg.preempt_signal)[0],  # its own checkpoint signal
             )
         self._pending_since = {
             k: self._pending_since.get(k, now)
@@ -393,6 +388,7 @@ class SlurmBackend(ServiceBackend):
             arrival=jobview.arrival_of(j, self._first_submit, now),
             history=self._history[key],
             gpu_type=self.types.view_type(j),
+            preempt_signal=self.cfg.preempt_signal,
         )
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         return replace(

@@ -7,9 +7,11 @@ advisory (default): planned pending jobs are released (if we held them) and get 
     5,000 new jobs is held over several rounds, while their SiteFactor 0 already keeps them behind the
     planned ones).  Running jobs are left alone.
 authoritative: additionally a running job that lost its round is held (marked first) and signalled (its
-    checkpoint signal): when its program requeues itself after the checkpoint the hold comes back with it, so
-    it never restarts by itself on the GPUs it freed; a job still running after the grace period is requeued
-    held (`scontrol requeuehold`).  It is released when a later round plans it again.
+    checkpoint signal: its own, `Observed.signal`, ``B:USR1`` to the batch shell or ``USR2`` to its steps, else the
+    configured one to the batch shell; one ``scancel`` per signal and scope, never a signal that kills: hints.py
+    `checkpoint_signal`; journalled as sent): when its program requeues itself after the checkpoint the hold comes
+    back with it, so it never restarts by itself on the GPUs it freed; a job still running after the grace period
+    is requeued held (`scontrol requeuehold`).  It is released when a later round plans it again.
     A requeue is journalled with the job's restart count, so a crash after issuing it never requeues the
     job a second time.
 A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.errors import SlurmError, unreachable
+from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import SlurmJob, in_partition
 from slurm_shockwave.slurm.ownership import marked, parse_mark, status_of, unmarked
 
@@ -86,6 +89,7 @@ class Observed:
     mark: str | None = None  # status of our mark ("held") or None: is the hold ours?
     run_reported: bool = True  # the wrapper of this run reported its start (its handlers are up)
     gpu_type: str | None = None  # the GPU type its user asked for (kept when its GPU count is updated)
+    signal: str | None = None  # its own checkpoint signal (``B:USR1``: batch shell, ``USR2``: its steps); None: ours
 
 
 def held_orphans(
@@ -189,8 +193,8 @@ def reconcile(
             want = marked(j.admin_comment, "held", reasons.get(j.job_id) or "preempted")
             if not j.held:
                 add(Verb.HOLD, j.job_id, want)  # held before the signal: a self-requeue stays held
-            if since is None:
-                add(Verb.SIGNAL, j.job_id, signal)
+            if since is None:  # grouped per signal and scope: one scancel each
+                add(Verb.SIGNAL, j.job_id, checkpoint_signal(j.signal, signal)[0])
             elif now - since >= grace and not already_requeued(j.job_id, j.restart_count):
                 add(Verb.REQUEUE_HOLD, j.job_id, want)
     for job_id, want in sorted(new_holds)[:MAX_NEW_HOLDS]:
@@ -351,8 +355,9 @@ class Enactor:
             self.cli.scontrol_update(ids, AdminComment=a.value)  # not ours any more, after the release
         elif a.verb == Verb.MARK:
             self.cli.scontrol_update(ids, AdminComment=a.value)
-        elif a.verb == Verb.SIGNAL:
-            self.cli.signal(ids, a.value, scope="batch")
+        elif a.verb == Verb.SIGNAL:  # ``B:USR1``: scancel --batch (the batch shell); ``USR2``: the job's steps
+            sig = str(a.value)
+            self.cli.signal(ids, sig.removeprefix("B:"), scope="batch" if sig.startswith("B:") else "steps")
         elif a.verb == Verb.REQUEUE_HOLD:
             self.cli.scontrol_update(ids, AdminComment=a.value)  # ours, before we act
             self.cli.requeue(ids, hold=True)

@@ -15,12 +15,15 @@ code is standard library only; pydantic and the package's error wording are impo
 
 Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..10^12 (samples per epoch),
 ``epoch_s`` (seconds per epoch at ``bs``) 10^-3..10^7 (a positive but subnormal value such as 1e-320 would make
-the job's throughput infinite), ``gpus`` 1..the partition's GPUs.
+the job's throughput infinite), ``gpus`` 1..the partition's GPUs, ``signal`` the job's checkpoint signal as in
+``sbatch --signal``: ``signal=USR2`` (to the job's steps, its srun tasks), ``signal=B:USR1`` (to the batch shell only;
+a ``@time`` is ignored), read by `checkpoint_signal`.
 """
 
 from __future__ import annotations
 
 import re
+import signal as _signal
 
 SEPARATORS = ":;,"
 MAX_EPOCHS = 10**6
@@ -33,6 +36,38 @@ FLOAT_KEYS = ("epoch_s",)
 _ASCII_INT = re.compile(r"[0-9]{1,15}\Z", re.ASCII)
 _ASCII_FLOAT = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
 _SPLIT = re.compile(r"[\s:;,]+")
+#: ``signal=B:USR1`` holds a separator: its flags are joined to the name before the comment is split
+_SIGNAL_FLAGS = re.compile(r"(?i)(?<![^\s:;,])signal=([RB]{1,2}):")
+_SIGNAL = re.compile(r"(?i)([RB]{1,2}[:/])?(?:SIG)?([A-Z0-9]{1,12})(?:@[0-9]{1,9})?\Z")
+#: signals that would kill or freeze a job instead of asking it to checkpoint: never sent as a checkpoint signal
+#: (the rule of controller/config.py's `preempt_signal`, which may not import this package: tests keep them equal)
+KILLING_SIGNALS = frozenset({"KILL", "STOP", "SEGV", "BUS", "ILL", "FPE", "ABRT", "TRAP", "SYS"})
+
+
+def signal_value(text) -> str | None:
+    """A ``--signal`` value (``[R][B]:NAME|NUMBER[@time]``) as ``B:NAME`` (the batch shell) or ``NAME`` (the job's
+    steps); None when it names no signal."""
+    m = _SIGNAL.match(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        return None
+    flags, name = (m.group(1) or "").upper(), m.group(2).upper()
+    try:
+        name = _signal.Signals(int(name)).name[3:] if name.isdigit() else _signal.Signals["SIG" + name].name[3:]
+    except (KeyError, ValueError):
+        return None
+    return f"B:{name}" if "B" in flags else name
+
+
+def checkpoint_signal(declared: str | None, default: str) -> tuple[str, str | None]:
+    """(what the controller sends: ``B:NAME`` or ``NAME``, a note for `status` or None): the job's declared signal
+    (`signal_value` form), else the configured one (``default``, a name) to the batch shell; a declared signal that
+    would kill the job (`KILLING_SIGNALS`) is refused for the configured one, and the note says so."""
+    fallback = default if default.startswith("B:") else f"B:{default}"
+    if not declared:
+        return fallback, None
+    if declared.rpartition(":")[2] in KILLING_SIGNALS:
+        return fallback, f"its checkpoint signal {declared} would kill it, not checkpoint it: it is sent {fallback}"
+    return declared, None
 
 
 class HintError(ValueError):
@@ -80,6 +115,7 @@ def _model():
             samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
             epoch_s: float | None = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
             gpus: int | None = Field(None, ge=1)
+            signal: str | None = None
 
             @model_validator(mode="after")
             def _order(self):
@@ -106,12 +142,19 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
     if rest is None:
         return None
     values: dict = {}
-    for token in _SPLIT.split(rest):
+    for token in _SPLIT.split(_SIGNAL_FLAGS.sub(r"signal=\1/", rest)):
         if not token:
             continue
         key, eq, value = token.partition("=")
         if not eq:
             raise HintError(f"hint {_short(token)} is not key=value")
+        if key == "signal":
+            if key in values:
+                raise HintError("hint signal given twice")
+            values[key] = signal_value(value)
+            if values[key] is None:
+                raise HintError(f"hint signal={_short(value.replace('/', ':'))}: not a signal such as USR2 or B:USR1")
+            continue
         if key in INT_KEYS:
             if not _ASCII_INT.match(value):
                 raise HintError(f"hint {key}={_short(value)}: not a whole number in ASCII digits")
@@ -121,7 +164,7 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
                 raise HintError(f"hint {key}={_short(value)}: not a number in ASCII digits")
             number = float(value)
         else:
-            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)})")
+            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)}, signal)")
         if key in values:
             raise HintError(f"hint {key} given twice")
         values[key] = number

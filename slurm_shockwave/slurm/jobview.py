@@ -9,6 +9,9 @@ capacity (running) and demand (pending), and the per-round snapshot that `status
 * Priority classes in Slurm while the controller runs: planned managed jobs (released, SiteFactor high) >
   unmanaged jobs (Slurm's own multifactor order) > deferred managed jobs (held).  Unmanaged running jobs
   shrink the managed capacity until their end (estimated from their time limit).
+* Checkpoint signal (`job_signal`): the job's own, read from its submission: its ``signal=`` hint, else its
+  ``--signal`` where Slurm shows it (26.05's submit line), else USR2 to the steps of a job submitit submitted
+  (its script ``--signal=USR2@90``, which no Slurm version shows); else the configured one to the batch shell.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from typing import Any
 
 from slurm_shockwave.journal.context import JobContext, Unmanaged, UnmanagedJob
 from slurm_shockwave.journal.record import SHORT_HISTORY
+from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import FINISHED_STATES, SlurmJob, in_partition
 from solver.types import JobView
 
@@ -27,6 +32,18 @@ log = logging.getLogger("slurm_shockwave.slurm")
 
 #: confidence of each source of epoch durations
 SOURCES = {"events": "high", "hint": "medium", "history": "medium", "time_limit": "low", "default": "low"}
+#: a job submitit submitted: its batch script as sbatch got it (``<folder>/.submission_file_<hex>.sh``) or its output
+#: (``<folder>/%j_%t_log.out`` of task 0, expanded or not); it checkpoints on USR2 in its steps (``SUBMITIT_SIGNAL``)
+_SUBMITIT = re.compile(r"(?:^|/)(?:\.submission_file_[0-9a-f]+\.sh|(?:\d+|%j|(?:\d+|%A)_(?:\d+|%a))_0_log\.out)\Z")
+SUBMITIT_SIGNAL = "USR2"
+
+
+def job_signal(job, marker: dict, default: str) -> tuple[str, str | None]:
+    """(the checkpoint signal its preemption sends, ``B:NAME`` or ``NAME``; a note for status or None): see the module
+    docstring; a signal that would kill the job is refused for ``default`` (hints.checkpoint_signal)."""
+    submitit = any(_SUBMITIT.search(getattr(job, k, "") or "") for k in ("command", "std_out"))
+    own = marker.get("signal") or getattr(job, "signal", "")
+    return checkpoint_signal(own or (SUBMITIT_SIGNAL if submitit else None), default)
 
 
 def program_of(job) -> str:
@@ -76,9 +93,11 @@ def build(
     arrival: float,
     history: dict,
     gpu_type: str | None = None,
+    preempt_signal: str = "USR1",
 ) -> tuple[JobView, JobContext]:
     """(JobView, context) of one managed job; the context is what status/explain show beside the view.  `gpu_type`:
-    the type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py)."""
+    the type it must be placed on (its user's pin, or the type it runs on: slurm/gpu_types.py); `preempt_signal`: the
+    configured checkpoint signal (a job's own that would kill it is refused for it, with a warning)."""
     bs = p.batch_size or marker.get("bs") or 1
     samples = p.samples_per_epoch or marker.get("samples") or bs
     total = p.total_epochs or marker.get("epochs") or max(p.epochs_done + 1, 1)
@@ -122,6 +141,9 @@ def build(
             "submitted with --no-requeue: cannot be preempted safely (it is only held or released, "
             "never checkpointed and requeued)"
         )
+    refused = job_signal(job, marker, preempt_signal)[1]
+    if refused:
+        warnings.append(refused)
     for key, c in (p.hint_conflicts or {}).items():
         warnings.append(
             f"hint {key}={c.get('hint')} disagrees with the job's report {c.get('reported')} (the report is used)"

@@ -66,6 +66,10 @@ class SlurmJob:
     ``gpu_type`` the one GPU type that request names (None: any), ``features`` its constraint
     (``--constraint``; 22.05 prints a string, newer versions a list, joined here with commas) and
     ``required_nodes`` the nodes it must run on (``--nodelist``/``-w``, or our pin; hostlist syntax).
+
+    ``signal``: its ``--signal`` (hints.signal_value form: ``B:USR1``, ``USR2``) when Slurm shows it: only 26.05's
+    ``submit_line`` does, for an option given on the command line (not an ``#SBATCH`` line); 22.05 and 24.11 show it
+    nowhere (``squeue --json``, ``scontrol show job``, ``squeue -O``): empty.
     """
 
     job_id: int
@@ -104,6 +108,7 @@ class SlurmJob:
     gpu_request: str = ""  # tres_per_node (else tres_per_job / tres_per_task) as Slurm prints it
     gpu_type: str | None = None  # the one GPU type its request names (None: any)
     features: str = ""  # its constraint (``--constraint``), as Slurm prints it (a list: comma-joined)
+    signal: str = ""  # its ``--signal`` when Slurm shows it (26.05's submit line), e.g. ``B:USR1``
 
     @property
     def pending(self) -> bool:

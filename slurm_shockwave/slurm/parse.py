@@ -32,7 +32,9 @@ unreadable), so the caller can quarantine that job instead of failing the round.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,6 +43,7 @@ from slurm_shockwave.slurm.errors import SlurmError, one_line
 from slurm_shockwave.slurm.gpu_types import gpu_entry as _gpu_entry
 from slurm_shockwave.slurm.gpu_types import gpus_by_type, request_type
 from slurm_shockwave.slurm.gpu_types import split_top as _split_top
+from slurm_shockwave.slurm.hints import signal_value
 from slurm_shockwave.slurm.models import FINISHED_STATES, HELD_REASONS, SlurmJob, SlurmNode
 from slurm_shockwave.slurm.shapes import (
     JobRecord,
@@ -60,6 +63,8 @@ from slurm_shockwave.validation import describe
 
 _UINT32 = 2**32
 _INT32_MAX = 2**31 - 1
+#: ``--signal=X`` / ``--signal X`` in 26.05's ``submit_line`` (printed space-joined, unquoted), before ``--wrap``
+_SUBMIT_SIGNAL = re.compile(r"(?:^|\s)--signal(?:=|\s+)(\S+)")
 
 
 def parse_gpu_count(spec: str | None) -> int | None:
@@ -261,7 +266,10 @@ def job_from_dict(raw: Any, meta: Meta | None = None) -> SlurmJob | None:
         return None
     check_job_fields(raw, meta)
     try:
-        return job_from_record(JobRecord.model_validate(raw))
+        job = job_from_record(JobRecord.model_validate(raw))
+        line = raw.get("submit_line")
+        m = _SUBMIT_SIGNAL.search(line.split(" --wrap")[0]) if isinstance(line, str) else None
+        return replace(job, signal=signal_value(m.group(1)) or "") if m else job
     except ValidationError as exc:
         problem = f"unreadable squeue record (Slurm {meta.release or '?'}): {_validation_line(exc)}"
     except (TypeError, ValueError, OverflowError) as exc:
