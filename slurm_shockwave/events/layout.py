@@ -40,6 +40,7 @@ LOCAL_JOB_ID = r"local-[0-9]{1,24}"
 FIELD_SPECS = {
     "restart": ("int", 0, 100_000),
     "epoch": ("int", 0, MAX_COUNT),
+    "step": ("int", 0, 1e12),
     "total_epochs": ("int", 1, MAX_COUNT),
     "samples_per_epoch": ("int", 1, 1e12),
     "samples": ("int", 0, 1e12),

@@ -28,7 +28,7 @@ MAX_FUTURE_S = 300.0
 #: Timestamps before this (2001-09-09) are rejected as absurd.
 MIN_TS = 1_000_000_000.0
 
-JOB_KINDS = frozenset({"start", "epoch_end", "batch_size_change", "checkpoint", "exit", "signal"})
+JOB_KINDS = frozenset({"start", "epoch_end", "batch_size_change", "checkpoint", "resume", "exit", "signal"})
 SYSTEM_KINDS = frozenset({"prolog_start", "prolog_end", "epilog_start", "epilog_end", "requeue"})
 KINDS = JOB_KINDS | SYSTEM_KINDS
 
@@ -58,6 +58,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "epoch_end": ("epoch", "batch_size", "duration_s"),
     "batch_size_change": ("batch_size", "old_batch_size"),
     "checkpoint": ("path",),
+    "resume": ("step",),
     "exit": ("exit_code",),
     "signal": ("signal",),
 }
@@ -74,6 +75,7 @@ class Event:
     restart: int = 0
     v: int = SCHEMA_VERSION
     epoch: int | None = None
+    step: int | None = None
     total_epochs: int | None = None
     samples_per_epoch: int | None = None
     samples: int | None = None

@@ -180,9 +180,16 @@ class Reporter:
             max_batch_size=self.defaults.get("max_batch_size"),
         )
 
-    def checkpointed(self, path: str | os.PathLike, epoch: int | None = None) -> bool:
-        """A checkpoint was written to ``path`` (``epoch``: last completed epoch in it)."""
-        return self.emit("checkpoint", path=str(path)[:1024], epoch=epoch)
+    def checkpointed(self, path: str | os.PathLike, epoch: int | None = None, step: int | None = None) -> bool:
+        """A checkpoint was written to ``path`` (``epoch``: last completed epoch in it; ``step``: optimizer steps
+        done in it, counted from the job's first run)."""
+        return self.emit("checkpoint", path=str(path)[:1024], epoch=epoch, step=step)
+
+    def resumed(self, step: int, epoch: int | None = None, path: str | os.PathLike | None = None) -> bool:
+        """This run starts training after ``step`` optimizer steps (0 on a fresh start; the restored checkpoint's
+        on a resume), in ``epoch``; ``path``: the checkpoint restored.  Once per run, before the first step: with
+        the checkpoints' ``step`` it shows which steps each run did (a step run twice is work lost)."""
+        return self.emit("resume", step=step, epoch=epoch, path=str(path)[:1024] if path else None)
 
     def should_checkpoint(self) -> bool:
         """True once the checkpoint signal (or SIGTERM) arrived, or the wrapper asked."""
@@ -244,8 +251,12 @@ def report_batch_size_change(old: int, new: int, reason: str = "", epoch: int | 
     return get_reporter().report_batch_size_change(old, new, reason, epoch)
 
 
-def checkpointed(path: str | os.PathLike, epoch: int | None = None) -> bool:
-    return get_reporter().checkpointed(path, epoch)
+def checkpointed(path: str | os.PathLike, epoch: int | None = None, step: int | None = None) -> bool:
+    return get_reporter().checkpointed(path, epoch, step)
+
+
+def resumed(step: int, epoch: int | None = None, path: str | os.PathLike | None = None) -> bool:
+    return get_reporter().resumed(step, epoch, path)
 
 
 def should_checkpoint() -> bool:
