@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_COMMANDS = {"controller", "status", "explain", "events"}
-LAB_COMMANDS = {"simulate", "demo", "replay", "cluster", "report", "trace", "grafana"}
+LAB_COMMANDS = {"simulate", "demo", "replay", "cluster", "report", "trace", "grafana", "whatif"}
 #: what the checkout holds that a build neither needs nor may see stale copies of
 SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache",
                               ".pytest_cache", ".hypothesis", "results", "shared")
