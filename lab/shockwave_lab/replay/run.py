@@ -53,7 +53,7 @@ class Replay:
     def __init__(self, jobs: list[P.ReplayJob], gpus: int = 32, nodes: int = 8, time_scale: float = 30.0,
                  policy: str = "shockwave", out=print, keep: bool = False, slurm: str | None = None,
                  timeout_s: float | None = None, expected_s: float | None = None, progress_every: float = 15.0,
-                 grace_seconds: float = 2.0):
+                 grace_seconds: float = 2.0, after_jobs=None):
         if gpus % nodes:
             raise ValueError(f"--gpus {gpus} is not a multiple of --nodes {nodes}")
         too_big = [j.name for j in jobs if j.gpus > gpus // nodes]
@@ -63,6 +63,7 @@ class Replay:
         self.policy, self.out, self.keep, self.slurm = policy, out, keep, slurm
         self.round_seconds = 120.0 / self.scale
         self.grace = grace_seconds
+        self.after_jobs = after_jobs                # called with the replay once every job ended, cluster still up
         self.expected_s = expected_s
         self.timeout_s = timeout_s or max(600.0, 3 * (expected_s or 3600.0))
         self.progress_every = progress_every
@@ -100,6 +101,8 @@ class Replay:
                 self._watch(submitter)
                 self._stop_controller()
                 raw = gather(self)
+                if self.after_jobs is not None:     # e.g. replay/history.py: sacct before the teardown
+                    raw["after_jobs"] = self.after_jobs(self)
             finally:
                 with signals.shielded():
                     try:
