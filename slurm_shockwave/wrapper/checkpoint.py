@@ -37,7 +37,9 @@ class CheckpointManager:
     """Save/load one job's training state; knows which epoch to resume from.
 
     ``epochs_done`` passed to :meth:`save` is the number of fully completed epochs
-    contained in the state (so :meth:`resume_epoch` is the 0-based index to run next).
+    contained in the state (so :meth:`resume_epoch` is the 0-based index to run next).  ``step`` (optimizer
+    steps done since the job's first run) and ``epoch_step`` (steps done inside the epoch ``epochs_done``) are
+    kept beside it when given, so a run can resume at the exact next step (:meth:`position`).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, reporter: Any = None, name: str = "checkpoint"):
@@ -52,14 +54,24 @@ class CheckpointManager:
         self.run_start = _float_env("SHOCKWAVE_RUN_START")
         self._meta: dict[str, Any] | None = None
 
-    def save(self, state: dict[str, Any], epochs_done: int | None = None) -> Path:
-        """Atomically persist ``state``; records a ``checkpoint`` event if a reporter is set."""
+    def save(
+        self,
+        state: dict[str, Any],
+        epochs_done: int | None = None,
+        *,
+        step: int | None = None,
+        epoch_step: int | None = None,
+    ) -> Path:
+        """Atomically persist ``state``; records a ``checkpoint`` event (with ``step`` when given) if a reporter
+        is set."""
         if not isinstance(state, dict):
             raise TypeError("checkpoint state must be a dict")
         self.dir.mkdir(parents=True, exist_ok=True)
         payload = {
             "format": FORMAT,
             "epochs_done": epochs_done,
+            "step": step,
+            "epoch_step": epoch_step,
             "restart": self.restart,
             "job_id": self.job_id,
             "time": time.time(),
@@ -87,7 +99,10 @@ class CheckpointManager:
         self._meta = payload
         if self.reporter is not None:
             last = None if not epochs_done else epochs_done - 1
-            self.reporter.checkpointed(self.path, epoch=last)
+            if step is None:
+                self.reporter.checkpointed(self.path, epoch=last)
+            else:
+                self.reporter.checkpointed(self.path, epoch=last, step=step)
         return self.path
 
     def load(self) -> dict[str, Any] | None:
@@ -119,10 +134,7 @@ class CheckpointManager:
         return None
 
     def _stale(self, payload: dict[str, Any]) -> bool:
-        if self.restart != 0 or self.run_start is None or not self.job_id:
-            return False
-        t = payload.get("time")
-        return payload.get("job_id") == self.job_id and isinstance(t, (int, float)) and t < self.run_start
+        return earlier_job(payload.get("job_id"), payload.get("time"))
 
     def resume_epoch(self) -> int:
         """0-based index of the first epoch to run (0 without a checkpoint)."""
@@ -133,8 +145,32 @@ class CheckpointManager:
         n = self._meta.get("epochs_done")
         return n if isinstance(n, int) and n >= 0 else 0
 
+    def position(self) -> tuple[int, int] | None:
+        """(steps done since the job's first run, steps done inside the resume epoch) of the loaded checkpoint,
+        or ``None`` when it holds no step position (none loaded, or saved without ``step``)."""
+        if self._meta is None:
+            self.load()
+        meta = self._meta or {}
+        step, inner = meta.get("step"), meta.get("epoch_step")
+        if isinstance(step, int) and step >= 0:
+            return step, inner if isinstance(inner, int) and inner >= 0 else 0
+        return None
+
     def exists(self) -> bool:
         return self.path.exists() or self.prev_path.exists()
+
+
+def earlier_job(job_id: object, written: object) -> bool:
+    """Whether a checkpoint that records ``job_id`` and the time it was ``written`` belongs to an earlier job with this
+    job's id (module docstring: only on this job's first run, written before the run started).  The integrations'
+    checkpoints apply the same rule to their marks."""
+    env = os.environ
+    restart = _int_env("SHOCKWAVE_RESTART_COUNT", _int_env("SLURM_RESTART_COUNT", 0))
+    start = _float_env("SHOCKWAVE_RUN_START")
+    job = env.get("SHOCKWAVE_JOB_ID") or env.get("SLURM_JOB_ID")
+    if restart != 0 or start is None or not job:
+        return False
+    return job_id == job and isinstance(written, (int, float)) and written < start
 
 
 def _unlink(p: Path) -> None:
