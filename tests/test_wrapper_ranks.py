@@ -247,3 +247,116 @@ def test_torchrun_two_ranks_stop_together_and_resume_with_nothing_lost(tmp_path)
     assert out3.returncode == 0, out3.stderr[-3000:]
     want = _lines(out3.stdout, "weights")
     assert _lines(out2.stdout, "weights") == want and want["rank0"] == want["rank1"]
+
+
+# ------------------------------------------------------------------ step-level resume (issue 33)
+def test_steps_resume_at_the_exact_next_step_with_resume_and_checkpoint_events(tmp_path, monkeypatch):
+    from slurm_shockwave.events.schema import decode_line
+    from slurm_shockwave.wrapper import api
+
+    class Obj:
+        def __init__(self):
+            self.done = []
+
+        def state_dict(self):
+            return {"done": list(self.done)}
+
+        def load_state_dict(self, s):
+            self.done = s["done"]
+
+    def one_run(restart, stop_after):
+        monkeypatch.setenv("SHOCKWAVE_RESTART_COUNT", str(restart))
+        api.Reporter.clear_checkpoint_request()
+        rep = Reporter(tmp_path / "e.jsonl", "401", restart, install_handlers=False, env={})
+        obj = Obj()
+        run = Training(obj, 3, steps_per_epoch=5, samples_per_epoch=50, checkpoint_dir=str(tmp_path / "ck"),
+                       reporter=rep)
+        for epoch in run.epochs():
+            for i in run.steps(5):
+                obj.done.append((epoch, i))
+                if len(obj.done) == stop_after:
+                    rep.request_checkpoint()           # the request arrives during this step
+        return run, obj
+
+    run, obj = one_run(0, 7)                           # stops after step 7 (epoch 1, step 2): mid-epoch
+    assert run.stopped_early and (run.step, run.epoch_step) == (7, 2)
+    run, obj = one_run(1, 12)
+    assert run.start_step == 7 and run.stopped_early and run.step == 12
+    run, obj = one_run(2, -1)
+    assert not run.stopped_early and run.step == 15
+    assert obj.done == [(e, i) for e in range(3) for i in range(5)]        # every step once, in order
+    evs = [decode_line(line, "401")[0] for line in (tmp_path / "e.jsonl").read_bytes().splitlines()]
+    assert [(e.restart, e.step, e.epoch) for e in evs if e.kind == "resume"] == [(0, 0, 0), (1, 7, 1), (2, 12, 2)]
+    ck = [(e.restart, e.step) for e in evs if e.kind == "checkpoint"]
+    assert ck == [(0, 5), (0, 7), (1, 10), (1, 12), (2, 15)]
+    api.Reporter.clear_checkpoint_request()
+
+
+RANKS_DISAGREE = textwrap.dedent("""
+    import os, sys
+    import torch.distributed as dist
+    from slurm_shockwave.wrapper import Training
+    from slurm_shockwave.wrapper.checkpoint import CheckpointManager
+    dist.init_process_group("gloo")
+    r = dist.get_rank()
+    class S:
+        def state_dict(self): return {}
+        def load_state_dict(self, s): pass
+    if os.environ.get("WRITE"):
+        CheckpointManager(sys.argv[1], name=f"checkpoint.rank{r}").save({}, epochs_done=1, step=10 + r, epoch_step=r)
+    else:
+        try:
+            Training(S(), 3, steps_per_epoch=10, checkpoint_dir=sys.argv[1], per_rank=True)
+        except RuntimeError as e:
+            print(f"rank{r} refused: {e}")
+    dist.destroy_process_group()
+""")
+
+
+def test_ranks_that_restored_different_steps_refuse_on_every_rank(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "t.py").write_text(RANKS_DISAGREE)
+    cmd = [str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", str(tmp_path / "t.py"), str(tmp_path / "ck")]
+    env = {**_env(tmp_path), "SHOCKWAVE_STORE": ""}
+    assert subprocess.run(cmd, env={**env, "WRITE": "1"}, capture_output=True, timeout=60).returncode == 0
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60).stdout
+    lines = sorted(ln for ln in out.splitlines() if "refused" in ln)
+    assert [ln.split()[0] for ln in lines] == ["rank0", "rank1"], out
+    assert "epoch, step, step in epoch from [1, 10, 0] to [1, 11, 1]" in lines[0]
+
+
+GNS = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist
+    from slurm_shockwave.wrapper.torch_helpers import measure_step_distributed
+    dist.init_process_group("gloo")
+    r, w = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 2)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(8, 2, generator=torch.Generator().manual_seed(2))
+    loss, s_sq, s_bs, b_sq, b_bs = measure_step_distributed(ddp, torch.nn.functional.mse_loss, x[r*4:(r+1)*4],
+                                                            y[r*4:(r+1)*4])
+    g = [p.grad.clone() for p in net.parameters()]
+    ref = torch.nn.Linear(3, 2); ref.load_state_dict(net.state_dict())   # one process, the same data
+    small = []
+    for k in range(w):
+        ref.zero_grad(); torch.nn.functional.mse_loss(ref(x[k*4:(k+1)*4]), y[k*4:(k+1)*4]).backward()
+        small.append(sum(float(p.grad.pow(2).sum()) for p in ref.parameters()))
+    ref.zero_grad(); torch.nn.functional.mse_loss(ref(x), y).backward()
+    big = sum(float(p.grad.pow(2).sum()) for p in ref.parameters())
+    assert (s_bs, b_bs) == (4, 8), (s_bs, b_bs)
+    assert abs(s_sq - sum(small) / w) < 1e-6 and abs(b_sq - big) < 1e-6, (s_sq, small, b_sq, big)
+    assert all(torch.allclose(a, p.grad) for a, p in zip(g, ref.parameters()))   # the averaged gradient is left
+    sys.stdout.write(f"rank{r} ok\\n"); sys.stdout.flush()   # one write: the ranks share the pipe
+    dist.destroy_process_group()
+    os._exit(0)   # gloo may abort a rank in its exit-time destructors ("terminate called without an active exception")
+""")
+
+
+def test_gns_across_ranks_uses_local_and_all_reduced_gradients(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "g.py").write_text(GNS)
+    r = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", str(tmp_path / "g.py")],
+                       env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and sorted(re.findall(r"rank\d ok", r.stdout)) == ["rank0 ok", "rank1 ok"], r.stderr[-3000:]

@@ -230,8 +230,10 @@ class Runner:
         )
         code = min(rc, 255)
         left = f"{out.done}/{out.total} epochs" if out.total else f"{out.done} epochs"
+        if out.action == "requeue" and rc != 0:  # saved on the request, then failed on its way out (outcome.py)
+            reason += f"; exit {rc} after its checkpoint"
         if out.action == "requeue" and not (self.requeue_on_signal and self.ctx.in_slurm):
-            out = outcome.Outcome("ended_early", out.done, out.total)
+            out = outcome.Outcome("ended_early" if rc == 0 else "failed", out.done, out.total)
         if out.action == "requeue":
             n0 = len(self.received)
             ok, err = outcome.requeue_with_retry(

@@ -7,7 +7,10 @@ of its ``--comment``), not from the presence of a checkpoint event:
 * it exited 0 with epochs left after the checkpoint signal (USR1)        -> ``scontrol requeue``, retried
   with back-off until the job's own time runs out; if it never succeeds -> exit 1 with a clear line;
 * it exited 0 with epochs left after SIGTERM (Slurm itself is requeueing or ending the job) -> exit 0;
-* it exited 0 with epochs left and no signal at all                      -> exit 1 ("ended early").
+* it exited 0 with epochs left and no signal at all                      -> exit 1 ("ended early");
+* it exited non-zero with epochs left, after the checkpoint signal and a checkpoint reported after it -> requeue
+  as above: the work is saved, and the failure came after (torch's gloo sometimes aborts a rank at exit,
+  "terminate called without an active exception", and torchrun then exits 1); failing the job would lose it.
 With no total known (not reported, and no epochs reported for the ``epochs=`` hint to apply to: a program
 that does not use the API) the old rule applies: requeue only if a checkpoint was reported after the
 signal, else the program's own exit status.  When the job's events cannot be written or read, the
@@ -97,8 +100,9 @@ def decide(
     total = progress.total_epochs if progress is not None and progress.total_epochs else None
     if total is None and done > 0:
         total = hinted_total  # the comment's epochs=, for a job that reports epochs but not its total
-    if rc != 0:
-        return Outcome("failed", done, total)
+    if rc != 0:  # failed, unless it saved its work on the checkpoint request first (module docstring)
+        saved = ckpt_sig in signals and checkpointed_after_signal and (total is None or done < total)
+        return Outcome("requeue" if saved else "failed", done, total)
     if total is None:
         return Outcome("requeue" if ckpt_sig in signals and checkpointed_after_signal else "finished", done, None)
     if done >= total:

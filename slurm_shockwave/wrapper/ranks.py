@@ -8,7 +8,9 @@ reports events and writes the checkpoint.
 :func:`agree` makes every rank take the same decision: when the program has imported and initialized
 ``torch.distributed`` with more than one process, it is an ``all_reduce(MAX)`` of the local flags (a collective:
 every rank must call it the same number of times); otherwise the local flag (the shared request file is then
-the agreement).  torch is never imported here: only looked up in ``sys.modules``.
+the agreement).  :func:`spread` gives every rank the minimum and maximum of some integers over all ranks (``Training``
+checks with it that every rank resumes at the same epoch and step).  torch is never imported here: only looked up
+in ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -60,11 +62,28 @@ def agree(flag: bool) -> bool:
     dist = distributed()
     if dist is None:
         return bool(flag)
-    torch = sys.modules["torch"]
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+    t = _tensor(dist, [1 if flag else 0])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+def spread(values: list[int]) -> tuple[list[int], list[int]]:
+    """(minimum, maximum) of each of ``values`` over all ranks: one collective under torch.distributed (every
+    rank passes as many values), else ``(values, values)``."""
+    dist = distributed()
+    if dist is None:
+        return list(values), list(values)
+    t = _tensor(dist, [*values, *(-v for v in values)])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    out = [int(v) for v in t.tolist()]
+    n = len(values)
+    return out[:n], [-v for v in out[n:]]
+
+
+def _tensor(dist: Any, values: list[int]) -> Any:
+    torch = sys.modules["torch"]
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    return torch.tensor(values, dtype=torch.int64, device=device)
 
 
 def _int(val: str | None) -> int | None:

@@ -2,8 +2,11 @@
 
 * :class:`GNSEstimator` - gradient noise scale B_simple = tr(Sigma) / |G|^2 (McCandlish et al.
   2018, "An Empirical Model of Large-Batch Training", App. A.1), estimated from gradient
-  norms at two batch sizes (micro-batch vs. full batch) with exponential moving averages of
-  the two unbiased estimates.  Suggests doubling the batch size when B_simple > batch size.
+  norms at two batch sizes with exponential moving averages of the two unbiased estimates.  Suggests
+  doubling the batch size when B_simple > batch size.  The two sizes come from :func:`measure_step` (one
+  process: micro-batches vs. the full batch) or :func:`measure_step_distributed` (DDP, the standard estimator:
+  each rank's local gradient before the all-reduce, B_small = the local batch, vs. the all-reduced one,
+  B_big = the global batch); the batch size it compares with and reports is then the GLOBAL one.
 * :class:`AccordionDetector` - critical-regime detection (Agarwal et al., "Accordion", MLSys
   2021): every ``interval`` epochs, compare the mean gradient norm with the previous window;
   a relative change >= ``threshold`` (0.5) means "critical" -> small batch, else large batch.
@@ -63,6 +66,49 @@ def measure_step(
         p.grad = a
         big_sq += float(a.double().pow(2).sum())
     return loss_sum / k, small_sq / k, b, big_sq, b * k
+
+
+def measure_step_distributed(
+    model: Any, loss_fn: Any, inputs: Any, targets: Any
+) -> tuple[float, float, int, float, int]:
+    """Forward/backward of this rank's batch under ``DistributedDataParallel``, measured for the GNS across ranks.
+
+    The backward runs under ``model.no_sync()`` (the gradient stays local), then the gradients are averaged over
+    the ranks in one all-reduce of a flat buffer, as DDP would, and left in ``p.grad`` (ready for
+    ``optimizer.step()``; call ``optimizer.zero_grad()`` before, as usual).  Returns ``(loss, small_sq, small_bs,
+    big_sq, big_bs)``: ``small_sq`` the mean over ranks of the squared norm of the local gradients (before the
+    all-reduce) at ``small_bs`` = the local batch, ``big_sq`` the squared norm of the averaged gradient at ``big_bs``
+    = the global batch (local batch x ranks); every rank gets the same numbers, so every rank's
+    :class:`GNSEstimator` decides alike.  Without an initialized group of several processes it is
+    :func:`measure_step` with two micro-batches.
+    """
+    import contextlib
+
+    import torch
+
+    from slurm_shockwave.wrapper import ranks
+
+    dist = ranks.distributed()
+    if dist is None:
+        return measure_step(model, loss_fn, inputs, targets, 2)
+    world = int(dist.get_world_size())
+    sync_off = model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()
+    with sync_off:
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    sq = flat.double().pow(2).sum().reshape(1)
+    dist.all_reduce(flat)
+    dist.all_reduce(sq)
+    flat /= world
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
+        offset += n
+    small_bs = int(inputs.shape[0])
+    return float(loss.detach()), float(sq.item()) / world, small_bs, float(flat.double().pow(2).sum()), small_bs * world
 
 
 class GNSEstimator:
