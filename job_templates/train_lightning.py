@@ -12,6 +12,7 @@ run's.  ``--batch-size`` is the global batch size (per device: B / (world size x
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -126,6 +127,10 @@ def main(argv=None):
     line = (f"[train_lightning] rank {trainer.global_rank} {state} step={trainer.global_step} "
             f"weights={digest.hexdigest()[:16]} loss={loss:.6g}\n")
     os.write(1, line.encode())  # one write: the ranks share the output
+    if torch.distributed.is_initialized():  # this order: a gloo rank may otherwise abort in its exit-time destructors
+        del trainer, model
+        gc.collect()
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -76,3 +76,23 @@ def test_a_run_that_fails_after_saving_on_the_request_is_requeued_not_failed(tmp
     r = _run(tmp_path, ["--", sys.executable, "-c", "import sys; sys.exit(1)"], _env(tmp_path, SLURM_JOB_ID="79",
                                                                                      PATH=env["PATH"]))
     assert r.returncode == 1 and (tmp_path / "calls").read_text().count("requeue") == 1
+
+
+def test_scontrol_ended_by_slurms_sigterm_means_the_requeue_is_under_way():
+    """Slurm's requeue sends SIGTERM to every process of the run, scontrol too when it has not exited yet (CI-like
+    run: 'requeue failed: exit -15; then SIGTERM from Slurm' for a job that was requeued): that is success."""
+    import subprocess as sp
+
+    from slurm_shockwave.wrapper.outcome import requeue_with_retry
+
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return sp.CompletedProcess(cmd, -15, "", "")
+
+    assert requeue_with_retry("5", None, run=run, sleep=lambda s: None) == (True, "")
+    assert calls == [["scontrol", "requeue", "5"]]
+    failed = requeue_with_retry("5", None, run=lambda cmd, **kw: sp.CompletedProcess(cmd, 1, "", "Invalid job id"),
+                                sleep=lambda s: None)
+    assert failed == (False, "Invalid job id")

@@ -136,7 +136,7 @@ def requeue_with_retry(
             r = run(
                 ["scontrol", "requeue", str(job_id)], capture_output=True, text=True, timeout=max(1.0, min(30.0, left))
             )
-            if r.returncode == 0:
+            if r.returncode in (0, -15):  # -15: Slurm's SIGTERM reached scontrol too, i.e. the requeue is under way
                 return True, ""
             last = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
             err = last[0][:200]
