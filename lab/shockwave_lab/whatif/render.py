@@ -25,6 +25,11 @@ HEADERS = {
 COLOURS = {"slurm": "#7f7f7f", "default": "#d62728"}  # the report's Slurm grey and Shockwave red
 
 
+#: the columns of the jobs that gain or lose most, in the text tables and on the page
+JOB_COLUMNS = ("job", "user", "account", "GPUs", "run time", "wait Slurm", "wait default", "JCT Slurm", "JCT default",
+               "change")
+
+
 def fmt(key: str, v) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -76,18 +81,7 @@ def text(data: dict, meta: dict, console) -> None:
         console.print(t)
     for what, title in (("gain", "jobs that gain most under the default"), ("lose", "jobs that lose most")):
         t = Table(title=title, title_justify="left")
-        for c in (
-            "job",
-            "user",
-            "account",
-            "GPUs",
-            "run time",
-            "wait Slurm",
-            "wait default",
-            "JCT Slurm",
-            "JCT default",
-            "change",
-        ):
+        for c in JOB_COLUMNS:
             t.add_column(c, justify="left" if c in ("job", "user", "account") else "right")
         for x in data[what]:
             t.add_row(
@@ -208,18 +202,7 @@ def _table(rows: dict, first: str) -> str:
 def _jobs(items: list) -> str:
     if not items:
         return '<p class="meta">none</p>'
-    cols = (
-        "job",
-        "user",
-        "account",
-        "GPUs",
-        "run time",
-        "wait Slurm",
-        "wait default",
-        "JCT Slurm",
-        "JCT default",
-        "change",
-    )
+    cols = JOB_COLUMNS
     rows = "".join(
         "<tr>"
         + "".join(f'<td class="name">{escape(str(x[k]))}</td>' for k in ("job", "user", "account"))
