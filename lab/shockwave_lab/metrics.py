@@ -17,6 +17,9 @@
   Times are relative to the first arrival, as the makespan.  No schedule can beat it: the work arriving
   from t on needs W/G seconds even on all G GPUs, and a job cannot finish before arrival + its exclusive
   time.  (It ignores round boundaries, gang packing and the restart penalty, so 1.0 is not attainable.)
+- restarts (ours): `restarts_mean`, the mean restarts per job (a run after the job had run, elsewhere or after a
+  preemption), and `restarts_per_hour_worst`, the most restarts any job had per hour of its own run time
+  (restarts x 3600 / the seconds it held GPUs; 0 for a job never restarted);
 - per user and per account (ours; `group_shares`, with more than one user or account): each one's share of the
   GPU-seconds held (round start to the job's end in the round, GPUs placed on) while **every** user (account)
   had an active job, `user_gpu_share` (`account_gpu_share`); its fair share over the same time
@@ -53,6 +56,8 @@ class Metrics:
     ftf_dynamic_p95: float = 0.0
     ftf_dynamic_unfair: float = 0.0   # percent, rho_dyn > 1.05
     ftf_dynamic: list = field(default_factory=list)
+    restarts_mean: float = 0.0
+    restarts_per_hour_worst: float = 0.0
     user_gpu_share: dict = field(default_factory=dict)            # empty: fewer than two users
     user_fair_share: dict = field(default_factory=dict)
     user_share_min: float = 0.0
@@ -266,6 +271,9 @@ def compute(policy: str, records: list[JobRecord], num_gpus: int, n_trace: int |
                    lower_bound=lb or 0.0, makespan_over_lb=makespan / lb if lb else 0.0,
                    ftf_dynamic_worst=max(dyn), ftf_dynamic_p95=percentile(dyn, 95),
                    ftf_dynamic_unfair=100.0 * sum(x > UNFAIR for x in dyn) / len(dyn), ftf_dynamic=dyn,
+                   restarts_mean=sum(r.restarts for r in records) / len(records),
+                   restarts_per_hour_worst=max((3600.0 * r.restarts / r.run_time for r in records
+                                                if r.restarts and r.run_time > 0), default=0.0),
                    user_gpu_share=user_share, user_share_window_s=window, user_fair_share=user_fair,
                    user_share_min=min((user_share.get(u, 0.0) / x for u, x in user_fair.items() if x > 0),
                                       default=0.0) if user_share else 0.0,

@@ -74,17 +74,48 @@ def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> floa
     return lower_bound([(j.arrival_time, min(j.isolated_runtime, simulated(j)), j.num_gpus) for j in jobs], num_gpus)
 
 
+#: How the round loop runs a policy (`shockwave simulate --semantics`, the study's runs):
+#: "controller": as the controller runs it in authoritative mode: a round starts early when a job ends while another
+#:     waits (ControllerConfig's poll and min gap at this round length) and a running job is preempted only when
+#:     the plan keeps it off longer than ControllerConfig's preemption cost (the gate, controller/loop.py); a policy
+#:     that models Slurm's own scheduler (`runs_under_controller = False`) gets the early rounds, not the gate;
+#: "reference": as the reference's simulator: rounds of fixed length, every preemption the plan makes (what
+#:     shockwave-paper's reproduction of the paper's numbers uses).
+SEMANTICS = ("controller", "reference")
+
+
+def semantics_settings(semantics: str, round_length: float = 120.0, policy: str | None = None) -> dict:
+    """run_simulation's `early_rounds`, `preemption_cost_s` and `mode` under `semantics` for `policy`."""
+    if semantics not in SEMANTICS:
+        raise ValueError(f"unknown semantics {semantics!r}: one of {', '.join(SEMANTICS)}")
+    if semantics == "reference":
+        return {"early_rounds": None, "preemption_cost_s": None, "mode": None}
+    from solver.policies import policy_class
+    from slurm_shockwave.controller.config import ControllerConfig
+    load_policy_plugins()
+    controller = ControllerConfig(round_seconds=min(round_length, 86400))
+    gated = policy_class(policy or default_policy().name).runs_under_controller
+    return {"early_rounds": controller.early_round_timing,
+            "preemption_cost_s": controller.preemption_cost_s if gated else None, "mode": "authoritative"}
+
+
 def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
                    restart_penalty: float = 20.0, gpus_per_node: int | None = None,
                    early_rounds: tuple[float, float] | None = None, preemption_cost_s: float | None = None,
-                   mode: str | None = None) -> SimResult:
+                   mode: str | None = None, semantics: str | None = None) -> SimResult:
     """`workload`: a file (load_workload) or a list of JobSpecs; `num_gpus`: a number (one untyped pool) or {GPU
     type: count} (workload/gpu_types.py: `throughputs` is then the file, or {type: table} with the v100 column);
     `gpus_per_node`: each gang on one node of that many GPUs (None: each type one pool, as the reference);
     `early_rounds`: (poll, min gap) seconds of the controller's event-driven rounds (sim/cluster.py; None: the
     reference's rounds); `preemption_cost_s`: the controller's preemption gate at that cost (None: no gate, the
-    reference's semantics); `mode`: how a running job's reason reads (RoundLoop)."""
+    reference's semantics); `mode`: how a running job's reason reads (RoundLoop); `semantics`: one of SEMANTICS,
+    which sets those three (with none of them given)."""
+    if semantics is not None:
+        if early_rounds is not None or preemption_cost_s is not None or mode is not None:
+            raise ValueError("semantics sets early_rounds, preemption_cost_s and mode: give either")
+        s = semantics_settings(semantics, round_length, policy)
+        early_rounds, preemption_cost_s, mode = s["early_rounds"], s["preemption_cost_s"], s["mode"]
     capacity = gpu_types.capacity_of(num_gpus)
     num_gpus = sum(capacity.values())
     if num_gpus <= 0 or min(capacity.values()) <= 0:

@@ -27,6 +27,9 @@ class Policy:
     order: ClassVar[int] = 100  # listings: lower first, then by name
     default: ClassVar[bool] = False  # THE default policy (simulate, the controller): one class
     moves_running_jobs: ClassVar[bool] = True  # a running job may go to other nodes (solver/nodes.py)
+    # False: a model of another scheduler's own decisions (the lab's Slurm models): simulated "as the controller
+    # runs it", it gets the controller's early rounds but not its preemption gate
+    runs_under_controller: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -88,6 +88,7 @@ class SlurmMultifactor(Policy):
     order = 64
     preempt = False               # PreemptMode=REQUEUE (slurm_preempt.py)
     moves_running_jobs = False    # Slurm never moves a running job to other nodes
+    runs_under_controller = False  # Slurm's own scheduler: its preemptions pass no controller gate
 
     def __init__(self, config: SlurmConfig | None = None):
         super().__init__(config)

@@ -80,20 +80,25 @@ def code_hash(policy: str) -> str:
     return h.hexdigest()[:6]
 
 
-def run_key(policy: str, cfg=None) -> str:
-    return f"{policy}-{config_hash(settings_of(policy, cfg))}-{code_hash(policy)}"
+#: the semantics the study's tables use (shockwave_lab.simulate.SEMANTICS): every policy as the controller runs it;
+#: "reference" runs (`--semantics reference`) reproduce the paper's numbers and show what the controller changes
+STUDY_SEMANTICS = "controller"
 
 
-def run_one(spec, policy: str, cfg, out_dir: Path, tmpdir: Path, force=False) -> dict:
-    out = out_dir / spec.name / f"{run_key(policy, cfg)}.json"
+def run_key(policy: str, cfg=None, semantics: str = STUDY_SEMANTICS) -> str:
+    return f"{policy}-{config_hash(settings_of(policy, cfg))}-{code_hash(policy)}-{semantics}"
+
+
+def run_one(spec, policy: str, cfg, out_dir: Path, tmpdir: Path, force=False, semantics: str = STUDY_SEMANTICS) -> dict:
+    out = out_dir / spec.name / f"{run_key(policy, cfg, semantics)}.json"
     if out.exists() and not force:
         return json.loads(out.read_text())
     trace, thr = trace_file(spec, tmpdir)
     settings = settings_of(policy, cfg)
     t0 = time.perf_counter()
-    r = run_simulation(trace, thr, spec.cluster, policy, policy_config=settings)
+    r = run_simulation(trace, thr, spec.cluster, policy, policy_config=settings, semantics=semantics)
     m = r.metrics
-    row = {"trace": spec.name, "policy": policy, "gpus": spec.gpus, "code": code_hash(policy),
+    row = {"trace": spec.name, "policy": policy, "gpus": spec.gpus, "code": code_hash(policy), "semantics": semantics,
            "config": settings.model_dump(mode="json") if settings is not None else None,
            **m.summary(), "rounds": r.rounds, "fallbacks": r.fallbacks, "decided_by": r.decided_by,
            "wall_seconds": round(time.perf_counter() - t0, 2), "decide_seconds": round(r.decide_seconds, 2),

@@ -22,7 +22,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from shockwave_lab.bench.study import OUT, baselines, policies, policy_class, run_key, run_one
+from shockwave_lab.bench.study import STUDY_SEMANTICS, OUT, baselines, policies, policy_class, run_key, run_one
+from shockwave_lab.simulate import SEMANTICS
 from shockwave_lab.bench.study_report import write_report
 from shockwave_lab.bench.study_traces import ALL, HELDOUT, SWEEP, TYPED, USERS, listing
 
@@ -54,6 +55,8 @@ def main(argv=None):
         r.add_argument("--policies", nargs="+", default=None, help="default: every policy")
         r.add_argument("--traces", nargs="+", default=None, help="trace names (default: all, smallest first)")
         r.add_argument("--force", action="store_true")
+        r.add_argument("--semantics", choices=SEMANTICS, default=STUDY_SEMANTICS,
+                       help="how the loop runs each policy (shockwave_lab.simulate.SEMANTICS)")
     s = sub.add_parser("sweep", help="settings of one policy on the sweep traces")
     s.add_argument("--policy", required=True)
     s.add_argument("--set", action="append", required=True, help="lambda=12,k_norm=30 (JSON values)")
@@ -81,9 +84,10 @@ def main(argv=None):
         if args.baselines:
             runs += [(spec, pol, None) for pol in baselines() for spec in specs]
         out_dir = OUT / "sweep"
+    semantics = getattr(args, "semantics", STUDY_SEMANTICS)
     for spec, pol, cfg in runs:
-        row = run_one(spec, pol, cfg, out_dir, tmpdir, force=getattr(args, "force", False))
-        print(f"{spec.name:20s} {run_key(pol, cfg):40s} mk/LB {row['makespan_over_lb']:.3f} "
+        row = run_one(spec, pol, cfg, out_dir, tmpdir, force=getattr(args, "force", False), semantics=semantics)
+        print(f"{spec.name:20s} {run_key(pol, cfg, semantics):40s} mk/LB {row['makespan_over_lb']:.3f} "
               f"jct {row['avg_jct']:8.0f} worst {row['worst_rho']:.3f} unfair {row['unfair_fraction']:5.2f}% "
               f"dyn worst {row['ftf_dynamic_worst']:.2f} p95 {row['ftf_dynamic_p95']:.2f} "
               f"({row['wall_seconds']:.1f} s)", flush=True)
