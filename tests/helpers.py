@@ -49,3 +49,16 @@ def mkjob(i, g=1, done=0, total=20, d=100.0, bs=32, arrival=0.0, weight=1.0, run
 def view(jobs, r=0, G=4, now=None):
     return ClusterView(now=r * 120.0 if now is None else now, round_index=r, round_length=120.0, num_gpus=G,
                        jobs=tuple(jobs))
+
+
+def assert_import_refused(path, fmt: str, text: str, problem: str) -> None:
+    """`shockwave trace import`'s bad-input rule (docs/trace-import.md): `text` in `path` read as `fmt` is refused
+    with one line that starts with the file, the row and the field (`problem`)."""
+    import pytest
+
+    from shockwave_lab.imports import load
+    from slurm_shockwave.loader import InputFileError
+    path.write_text(text)
+    with pytest.raises(InputFileError) as e:
+        load(fmt, path)
+    assert str(e.value).startswith(f"{path}{problem}") and "\n" not in str(e.value)

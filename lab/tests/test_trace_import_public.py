@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import assert_import_refused
+
 from shockwave_lab.data_files import THROUGHPUTS
 from shockwave_lab.imports import Rules, load
 from shockwave_lab.imports.entries import to_entries
@@ -190,11 +192,7 @@ BAD = [
 
 @pytest.mark.parametrize("fmt,text,problem", BAD, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD)])
 def test_bad_input_is_one_line_naming_file_row_and_field(tmp_path, fmt, text, problem):
-    path = tmp_path / "in.txt"
-    path.write_text(text)
-    with pytest.raises(InputFileError) as e:
-        load(fmt, path)
-    assert str(e.value).startswith(f"{path}{problem}") and "\n" not in str(e.value)
+    assert_import_refused(tmp_path / "in.txt", fmt, text, problem)
 
 
 def test_pai_bad_tasks_and_missing_table(tmp_path):

@@ -8,16 +8,20 @@ semantics) and the three bundled reference traces.
 * SWEEP: other seeds, where configurations were chosen (never the study's, the shapes' or the bundled traces);
 * HELDOUT: generated after the configuration and the default policy were fixed (issue 12), harsher parameters;
 * TYPED: study traces on clusters of three GPU types (V100, P100, K80, as Gavel's experiments; issue 24);
-* USERS: study traces with users, one of whom splits each job into many (issue 24).
+* USERS: study traces with users, one of whom splits each job into many (issue 24);
+* PUBLIC: windows of real public traces with their accounts (issue 35; bench/study_public.py,
+  docs/public-traces.md): Alibaba's 2023 GPU pods (committed), a user's own (Philly, Helios, ...) where made.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
+from shockwave_lab.bench.study_public import PUBLIC_DIR, read_index
 from shockwave_lab.data_files import THROUGHPUTS, experiment_paths
+from shockwave_lab.simulate import load_workload
 from shockwave_lab.workload.generate import GeneratorOptions, generate, trace_text
 from shockwave_lab.workload.throughputs import ThroughputTable
 from shockwave_lab.workload.users import spec_text, with_users
@@ -42,6 +46,7 @@ class TraceSpec:
     types: tuple = ()                  # ((GPU type, GPUs), ...): a cluster of several types (`gpus` their sum)
     users: int = 0                     # > 0: a job spec with users (workload/users.py; `--users`)
     splitter: int = 0                  # with users: the first user splits each job into this many
+    spec_file: str = ""                # a job spec of a public trace's window (study_public: its samples.json)
 
     @property
     def cluster(self):
@@ -55,6 +60,12 @@ class TraceSpec:
         return text
 
     def _describe(self) -> str:
+        if self.spec_file:
+            r = _sample_record(self)
+            where = (f"{r['source']['repo']}@{r['source']['commit'][:7]}:{r['source']['path']}" if "source" in r
+                     else r["input"])
+            return (f"jobs {r['first']}-{r['first'] + r['jobs'] - 1} of the {r['of']} `{r['format']}` jobs of "
+                    f"{where}, `{Path(self.spec_file).name}`")
         if self.bundled:
             return f"bundled `{experiment_paths(self.bundled)['trace'].name}`"
         cmd = (f"shockwave trace generate --jobs {self.jobs} --gpus {self.gpus} --seed {self.seed} "
@@ -125,8 +136,28 @@ HELDOUT = [_g(300, 32, 301, 10), _g(200, 64, 302, 60), _g(400, 64, 303, 15, gpu_
            _g(120, 32, 307, 1), _g(300, 48, 308, 30, mode_mix=(1.0, 0.0, 0.0))]
 
 
+def public_specs(directory=PUBLIC_DIR) -> list[TraceSpec]:
+    """The samples of a directory's samples.json (study_public `build` / `sample`) as study traces."""
+    return [TraceSpec(r["name"], r["gpus"], r["jobs"], spec_file=str(Path(directory).resolve() / r["file"]))
+            for r in read_index(directory)]
+
+
+#: the committed samples, and a user's own (`study_public sample --out DIR`) where SHOCKWAVE_PUBLIC_SAMPLES names DIR
+PUBLIC = public_specs() + (public_specs(os.environ["SHOCKWAVE_PUBLIC_SAMPLES"])
+                           if os.environ.get("SHOCKWAVE_PUBLIC_SAMPLES") else [])
+
+
+def _sample_record(spec: TraceSpec) -> dict:
+    path = Path(spec.spec_file)
+    return next(r for r in read_index(path.parent) if r["file"] == path.name)
+
+
 def trace_file(spec: TraceSpec, tmpdir: Path) -> tuple[Path, Path]:
-    """(trace path, throughputs path) for a spec; generated traces are written to tmpdir (with users: a job spec)."""
+    """(trace path, throughputs path) for a spec; generated traces are written to tmpdir (with users: a job spec);
+    a public trace's sample is its committed file, with its throughputs file where it has one."""
+    if spec.spec_file:
+        path, thr = Path(spec.spec_file), _sample_record(spec)["throughputs"]
+        return path, (path.parent / thr if thr else THROUGHPUTS / "tacc_throughputs.json")
     if spec.users:
         thr = THROUGHPUTS / "tacc_throughputs.json"
         path = tmpdir / f"{spec.name}.jsonl"
@@ -154,14 +185,21 @@ def _options(spec: TraceSpec) -> GeneratorOptions:
 def offered_load(spec: TraceSpec, tmpdir: Path) -> float:
     """GPU-seconds of work (each job's duration at its initial batch size x its GPUs) over GPUs x the arrival
     span (the first to the last arrival): above 1 the cluster cannot keep up while jobs arrive."""
-    trace, _thr = trace_file(replace(spec, users=0, splitter=0), tmpdir)     # users do not change the work
-    rows = [line.split("\t") for line in trace.read_text().splitlines() if line.strip()]
-    work = sum(float(r[10]) * int(r[6]) for r in rows)
-    span = max(float(r[11]) for r in rows) - min(float(r[11]) for r in rows)
+    if spec.spec_file:                                                  # a job spec: its jobs' exclusive times
+        trace, thr = trace_file(spec, tmpdir)
+        jobs = load_workload(trace, ThroughputTable.load(thr), spec.gpus)
+        work = sum(j.isolated_runtime * j.num_gpus for j in jobs)
+        arrivals = [j.arrival_time for j in jobs]
+    else:
+        trace, _thr = trace_file(replace(spec, users=0, splitter=0), tmpdir)     # users do not change the work
+        rows = [line.split("\t") for line in trace.read_text().splitlines() if line.strip()]
+        work = sum(float(r[10]) * int(r[6]) for r in rows)
+        arrivals = [float(r[11]) for r in rows]
+    span = max(arrivals) - min(arrivals)
     return work / (spec.gpus * span) if span > 0 else float("inf")
 
 
 def listing(tmpdir: Path) -> str:
     return "\n".join(json.dumps({"name": s.name, "gpus": s.gpus, "load": round(offered_load(s, tmpdir), 3),
                                  "describe": s.describe()})
-                     for s in ALL + SWEEP + HELDOUT + TYPED + USERS)
+                     for s in ALL + SWEEP + HELDOUT + TYPED + USERS + PUBLIC)

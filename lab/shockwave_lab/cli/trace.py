@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from shockwave_lab.imports import FORMATS
+
 from slurm_shockwave.cli.common import OneLineError
 
 
@@ -253,7 +255,7 @@ def generate(ctx, jobs, gpus, seed, interarrival, min_hours, max_hours, num_dura
 @trace.command("import")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", required=True,
-              type=click.Choice(["sacct-json", "sacct", "philly", "helios", "acme", "pai", "alibaba-spot"]),
+              type=click.Choice(list(FORMATS)),
               help="The file's format (docs/trace-import.md).")
 @click.option("--tasks", type=click.Path(dir_okay=False), default=None,
               help="With --format pai: the task table (pai_task_table.csv) beside the job table FILE.")
@@ -264,7 +266,7 @@ def generate(ctx, jobs, gpus, seed, interarrival, min_hours, max_hours, num_dura
 @click.option("--over", type=click.Choice(["drop", "clip"]), default="drop", show_default=True,
               help="What --max-gpus does to a larger job (clip: it keeps its run time on --max-gpus GPUs).")
 @click.option("--fractional", type=click.Choice(["round-up", "drop"]), default="round-up", show_default=True,
-              help="A job asking for a fraction of a GPU in all (Alibaba's plan_gpu < 100): round up, or drop it.")
+              help="A job asking for a fraction of a GPU in all (Alibaba PAI's plan_gpu < 100, openb's gpu_milli < 1000): round up, or drop it.")
 @click.option("--adaptation-mix", default=None, metavar="MODE=SHARE,...",
               help="Which share of the jobs adapts, e.g. static=0.5,gns=0.3,accordion=0.2 (a seeded draw per job). "
                    "Default: every job static (its measured run time).")

@@ -21,6 +21,8 @@ FORMATS = {
     "acme": ("acme", "Acme trace_seren.csv / trace_kalos.csv (NSDI '24)"),
     "pai": ("pai", "Alibaba PAI 2020 pai_job_table.csv, with --tasks pai_task_table.csv (NSDI '22)"),
     "alibaba-spot": ("alibaba_spot", "Alibaba spot GPU 2026 job_info_df.csv (ASPLOS '26)"),
+    "alibaba-openb": ("alibaba_openb", "Alibaba GPU 2023 openb_pod_list_*.csv (ATC '23)"),
+    "pollux-philly": ("pollux", "Philly as Pollux's artifact ships it: simulator/traces/philly.csv (OSDI '21)"),
 }
 
 

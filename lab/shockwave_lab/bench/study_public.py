@@ -1,0 +1,246 @@
+"""The study's samples of real public GPU-cluster traces (issue 35; docs/public-traces.md): windows of ~300
+contiguous jobs of a trace, imported with `shockwave trace import`'s readers (shockwave_lab/imports/), each with the
+cluster size of a stated rule, written as job-spec JSON Lines plus an index (`samples.json`) that
+study_traces.public_specs reads.
+
+    python -m shockwave_lab.bench.study_public build --openb openb_pod_list_default.csv
+    python -m shockwave_lab.bench.study_public sample --format pollux-philly --file philly.csv --name philly --out DIR
+
+`build` re-creates the committed samples (lab/shockwave_lab/data/public/) from the file they come from (checked by
+SHA-256): only a source whose terms let its data be redistributed is committed (`SOURCES`).  `sample` makes the
+same windows of a user's own copy of any trace `trace import` reads (Philly, Helios, Acme, PAI, Alibaba spot, ...)
+in a directory of the user's; a file of `SOURCES` is recognised by its SHA-256 and named in the index.
+
+Windows: the jobs a trace's import keeps, in arrival order (arrival, then id); a window is `JOBS` contiguous jobs
+starting at a fixed fraction of them (`POSITIONS`: a quarter, half and three quarters of the way; not the first jobs:
+openb's first window would start with 10 long-lived pods created up to 115 days before the rest).  Cluster: the
+smallest power of two that holds the window's largest job and is at least its **mean demand while its jobs
+arrive** (the GPUs its jobs would hold with no queueing, averaged from its first to its last arrival): the queue
+then comes from the arrivals' bursts, not from a cluster too small for the window's average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from shockwave_lab.data_files import DATA, THROUGHPUTS
+from shockwave_lab.imports import FORMATS, Rules, load
+from shockwave_lab.imports.entries import missing_counts, throughputs_json, to_entries
+from shockwave_lab.workload.throughputs import ThroughputTable
+from shockwave_lab.workload.users import spec_text
+
+PUBLIC_DIR = DATA / "public"
+INDEX = "samples.json"
+JOBS = 300
+POSITIONS = (0.25, 0.5, 0.75)
+TABLE = THROUGHPUTS / "tacc_throughputs.json"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A public file the study's windows come from; `committed`: its terms let derived data be redistributed."""
+
+    format: str
+    repo: str
+    commit: str
+    path: str
+    sha256: str
+    committed: bool
+
+
+#: name -> a file the study's windows come from (docs/public-traces.md says where each is and under which terms)
+SOURCES = {
+    "openb": Source(
+        "alibaba-openb",
+        "alibaba/clusterdata",
+        "7a6c496e4f4b6ce6150be8f881cb051bf2abff42",
+        "cluster-trace-gpu-v2023/csv/openb_pod_list_default.csv",
+        "1ee7ed79c27a3b0861cda8ddba86a004c6aba904caafa329a76ae93ca63834a8",
+        True,  # "You may use trace however you want as long as it is for research or study purpose"
+    ),
+    "philly": Source(
+        "pollux-philly",
+        "petuum/adaptdl",
+        "de25dcc90c350b8ade3a710e437a651a8d2efae6",
+        "simulator/traces/philly.csv",
+        "ebffb3dd1589bdf4e7bcd74496201c5ded1d557d498ee14f560463f37ec353da",
+        False,  # Philly "as is" (cite ATC '19); the artifact branch has no licence file: not redistributed here
+    ),
+}
+
+
+COMMITTED = {k: src for k, src in SOURCES.items() if src.committed}
+
+
+def window(rows, position: float, jobs: int = JOBS):
+    """(index of its first job, the window): `jobs` contiguous jobs in arrival order from `position` of the way
+    (the last `jobs` when fewer are left)."""
+    if not 0 <= position < 1:
+        raise ValueError(f"position must be in [0, 1), got {position!r}")
+    rows = sorted(rows, key=lambda r: (r.submit, r.id))
+    first = max(0, min(int(position * len(rows)), len(rows) - jobs))
+    return first, rows[first : first + jobs]
+
+
+def mean_demand(rows) -> float:
+    """GPUs the rows' jobs would hold with no queueing, averaged over their arrival span (first to last arrival;
+    a span of 0: the GPUs of every job)."""
+    t0, t1 = min(r.submit for r in rows), max(r.submit for r in rows)
+    if t1 <= t0:
+        return float(sum(r.gpus for r in rows))
+    return sum(r.gpus * (min(r.submit + r.runtime, t1) - r.submit) for r in rows) / (t1 - t0)
+
+
+def cluster_gpus(rows) -> int:
+    """The smallest power of two >= the largest job's GPUs and >= the rows' mean demand."""
+    need = max(max(r.gpus for r in rows), mean_demand(rows))
+    g = 1
+    while g < need:
+        g *= 2
+    return g
+
+
+def sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_samples(
+    fmt: str,
+    path,
+    prefix: str,
+    out_dir,
+    positions=POSITIONS,
+    jobs: int = JOBS,
+    tasks=None,
+    rules: Rules | None = None,
+) -> list[dict]:
+    """Write a sample per position to out_dir (`<name>.jsonl`, `<name>.throughputs.json` where the bundled TACC
+    table lacks a GPU count) and add them to its index; return their index records."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, tally = load(fmt, path, rules, tasks=tasks)
+    digest = sha256(path)
+    src = next((src for src in SOURCES.values() if src.sha256 == digest and src.format == fmt), None)
+    source = {"repo": src.repo, "commit": src.commit, "path": src.path} if src else None
+    label = Path(src.path).name if src else Path(path).name
+    if len(rows) < jobs:
+        raise ValueError(f"{tally.summary(len(rows), label)}: fewer than the {jobs} jobs of a window")
+    table = ThroughputTable.load(TABLE)
+    records = []
+    for pos in positions:
+        first, rows_w = window(rows, pos, jobs)
+        gpus = cluster_gpus(rows_w)
+        name = f"{prefix}_p{round(pos * 100):02d}_{jobs}j_{gpus}g"
+        entries = to_entries(rows_w, table)
+        (out_dir / f"{name}.jsonl").write_text(spec_text(entries))
+        thr = None
+        if missing_counts(entries, table):
+            thr = f"{name}.throughputs.json"
+            (out_dir / thr).write_text(json.dumps(throughputs_json(entries, table), indent=1) + "\n")
+        records.append(
+            {
+                "name": name,
+                "file": f"{name}.jsonl",
+                "throughputs": thr,
+                "gpus": gpus,
+                "jobs": len(entries),
+                "format": fmt,
+                "input": label,
+                "sha256": digest,
+                "position": pos,
+                "first": first,
+                "of": len(rows),
+                "imported": tally.summary(len(rows), label),
+                "mean_demand": round(mean_demand(rows_w), 2),
+                "users": sorted({e["user"] for e in entries if "user" in e}),
+                "accounts": sorted({e["account"] for e in entries if "account" in e}),
+                **({"source": source} if source else {}),
+            }
+        )
+    write_index(out_dir, records)
+    return records
+
+
+def read_index(directory) -> list[dict]:
+    """The sample records of a directory's index (none: [])."""
+    p = Path(directory) / INDEX
+    return json.loads(p.read_text()) if p.exists() else []
+
+
+def write_index(directory, records: list[dict]) -> None:
+    """Add records to the index (a record of the same name is replaced), sorted by name."""
+    by = {r["name"]: r for r in read_index(directory)} | {r["name"]: r for r in records}
+    (Path(directory) / INDEX).write_text(json.dumps([by[k] for k in sorted(by)], indent=1) + "\n")
+
+
+def build(files: dict, out_dir=PUBLIC_DIR) -> list[dict]:
+    """The committed samples from {source name: its file} (the `committed` SOURCES), each file checked against
+    its SHA-256."""
+    records = []
+    for key, path in files.items():
+        src = SOURCES[key]
+        got = sha256(path)
+        if got != src.sha256:
+            raise ValueError(f"{path}: SHA-256 {got}, not that of {src.repo}@{src.commit[:7]}:{src.path}")
+        records += make_samples(src.format, path, key, out_dir)
+    return records
+
+
+def _positions(text: str) -> tuple:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected fractions such as 0.25,0.5, got {text!r}") from None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="study_public", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="re-create the committed samples from their source files")
+    for key, src in COMMITTED.items():
+        b.add_argument(f"--{key}", required=True, metavar="FILE", help=f"{src.repo}@{src.commit[:7]}:{src.path}")
+    b.add_argument("--out", default=str(PUBLIC_DIR), help="directory (default: the committed samples')")
+    s = sub.add_parser("sample", help="windows of your own copy of a public trace, for the study")
+    s.add_argument("--format", required=True, choices=list(FORMATS))
+    s.add_argument("--file", required=True)
+    s.add_argument("--tasks", default=None, help="with --format pai: pai_task_table.csv")
+    s.add_argument("--out", required=True, help="directory of your samples (its samples.json lists them)")
+    s.add_argument("--name", default=None, help="prefix of the samples' names (default: the format's)")
+    s.add_argument("--positions", type=_positions, default=POSITIONS, help="fractions where windows start")
+    s.add_argument("--jobs", type=int, default=JOBS, help="jobs per window")
+    s.add_argument("--fractional", choices=("round-up", "drop"), default="round-up")
+    a = ap.parse_args(argv)
+    from slurm_shockwave.loader import InputFileError
+
+    try:
+        if a.cmd == "build":
+            records = build({key: getattr(a, key) for key in COMMITTED}, a.out)
+        else:
+            prefix = a.name or a.format.replace("-", "_")
+            records = make_samples(
+                a.format, a.file, prefix, a.out, a.positions, a.jobs, a.tasks, Rules(fractional=a.fractional)
+            )
+    except (InputFileError, ValueError, OSError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    for r in records:
+        print(
+            f"{r['name']}: jobs {r['first']}-{r['first'] + r['jobs'] - 1} of the {r['of']} {r['format']} jobs, "
+            f"{r['gpus']} GPUs (mean demand {r['mean_demand']:g}); {r['imported']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
