@@ -3,9 +3,13 @@
 A preemption costs the job a checkpoint, a requeue and a restart (`cost_s`: measured per job from its own
 events by the backend, a default before the first measurement).  It pays only when the plan keeps the job off
 its GPUs for longer than that cost; a job within its last round of work is never preempted (it would be done
-before the cost is recovered).  A job the gate keeps takes its GPUs back from the jobs the decision starts
-this round (the last of the run order first: policies list their run set in priority order); when those do
-not free enough GPUs of its type it is preempted after all.
+before the cost is recovered), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds
+of the time it has run so far (3 restarts per hour at the default 120 s rounds; what is left is only a prediction,
+so it does not count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the
+decision starts this round (the last of the run order first: policies list their run set in priority order), never
+from the first job its policy's starvation guard starts (rule "guard", the longest wait: a reservation, so a gang
+as large as the cluster starts at last; the bound on a job's wait comes before the bound on another's restarts);
+when those do not free enough GPUs of its type it is preempted after all.
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
 next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
@@ -23,6 +27,12 @@ from typing import Any
 
 from solver.placement import Packer
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
+
+#: a preemption may bring a job to at most one restart per this many rounds of the time it has run (at 120 s
+#: rounds: 3 per hour; a job is first preempted after 20 minutes of run, its n-th after 20 n); in rounds, so a
+#: replay at a shorter round keeps the same proportion.  A preemption the gate cannot avoid (its GPUs went to
+#: running jobs) may pass it.  The controller's `rounds_per_restart` (ControllerConfig) defaults to it
+ROUNDS_PER_RESTART = 10
 
 
 @dataclass(frozen=True)
@@ -46,9 +56,17 @@ def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
 
 
 def verdict(
-    off_s: float | None, cost_s: float, left_s: float | None, round_length: float, measured: bool = True
+    off_s: float | None,
+    cost_s: float,
+    left_s: float | None,
+    round_length: float,
+    measured: bool = True,
+    restarts: int = 0,
+    run_s: float = 0.0,
+    rounds_per_restart: int = ROUNDS_PER_RESTART,
 ) -> Verdict:
-    """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window)."""
+    """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window);
+    `restarts`, `run_s`: its restarts and seconds of run so far (ROUNDS_PER_RESTART)."""
     source = "measured" if measured else "default"
     if left_s is not None and left_s <= round_length:
         return Verdict(False, f"within its last round of work ({left_s:.0f} s left)", cost_s, off_s, left_s)
@@ -56,6 +74,14 @@ def verdict(
         return Verdict(
             False,
             f"planned again in {off_s:.0f} s, sooner than its preemption cost ({cost_s:.0f} s, {source})",
+            cost_s,
+            off_s,
+            left_s,
+        )
+    if (restarts + 1) * rounds_per_restart * round_length > run_s:
+        return Verdict(
+            False,
+            f"{restarts} restarts in {run_s:.0f} s of run: at most one per {rounds_per_restart} rounds of run",
             cost_s,
             off_s,
             left_s,
@@ -81,11 +107,13 @@ def gate(
     costs: Mapping[Any, Any],
     default_cost_s: float,
     stopping: Set[Any] = frozenset(),
+    rounds_per_restart: int = ROUNDS_PER_RESTART,
 ) -> tuple[RoundDecision, dict[Any, Any]]:
     """(the decision with the jobs whose preemption would not pay kept running, {job: Verdict} of every job
     that lost its round).  The plan of each judged job carries the verdict's line in `reason` (the controller's
     annotations complete it).  `costs`: measured preemption cost per job (seconds); `stopping`: jobs whose
-    preemption is already under way (neither kept nor judged again)."""
+    preemption is already under way (neither kept nor judged again); `rounds_per_restart`: the restart bound
+    (ROUNDS_PER_RESTART; 0: none)."""
     run = list(decision.run)
     placement = {j: dict(p) for j, p in decision.placement.items()}
     plans = dict(decision.plans)
@@ -97,7 +125,9 @@ def gate(
         off = plan.next_offset * view.round_length if plan is not None and plan.next_offset else None
         measured = j.job_id in costs and costs[j.job_id] is not None
         cost = float(costs[j.job_id]) if measured else float(default_cost_s)
-        verdicts[j.job_id] = verdict(off, cost, remaining_s(j, plan), view.round_length, measured)
+        verdicts[j.job_id] = verdict(
+            off, cost, remaining_s(j, plan), view.round_length, measured, j.restarts, j.run_time, rounds_per_restart
+        )
     # the jobs closest to their end first: they lose the most by a preemption
     for j in sorted(
         lost,
@@ -106,9 +136,12 @@ def gate(
         v = verdicts[j.job_id]
         if v.pays:
             continue
-        evict = _make_room(view, jobs, run, placement, j)
+        # the guard's first job (it lists the longest wait first) keeps what it was given: a reservation
+        reserved = {next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)} - {None}
+        evict = _make_room(view, jobs, run, placement, j, reserved)
         if evict is None:
-            verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to running jobs")
+            why = "the job that waited the starvation bound longest" if reserved else "running jobs"
+            verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to {why}")
             continue
         for e in evict:
             run.remove(e)
@@ -134,12 +167,18 @@ def _free(view: ClusterView, placement: Mapping[Any, Any]) -> dict[Any, Any]:
 
 
 def _make_room(
-    view: ClusterView, jobs: Mapping[Any, JobView], run: list[Any], placement: Mapping[Any, Any], job: JobView
+    view: ClusterView,
+    jobs: Mapping[Any, JobView],
+    run: list[Any],
+    placement: Mapping[Any, Any],
+    job: JobView,
+    reserved: Set[Any] = frozenset(),
 ) -> list[Any] | None:
-    """The newly started jobs to take out of the run set (last first) so that `job` fits; None if it cannot."""
+    """The newly started jobs to take out of the run set (last first; never a `reserved` one) so that `job` fits;
+    None if it cannot."""
     free = _free(view, placement)
     evict = []
-    newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round]
+    newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round and x not in reserved]
     while not Packer(free).fits_job(job):
         if not newcomers:
             return None

@@ -42,6 +42,7 @@ class JobView:
     max_batch_size: int | None = None
     ran_last_round: bool = False
     run_time: float = 0.0  # seconds this job has run so far (wall time while scheduled)
+    restarts: int = 0  # times it started again after it had run (a preemption's requeue, a move; Slurm's restart count)
     gpu_type: str | None = None  # the GPU type its user asked for (None: any type)
     # iterations/s of the whole job at each GPU count it can run on, at batch_size: an elastic job may be placed
     # on any of these counts (solver/placement.py); empty: it runs on its whole num_gpus gang only
@@ -137,7 +138,7 @@ class JobPlan:
     weight: float | None = None
     rounds_planned: int | None = None  # rounds of the planning window the job is planned in
     next_offset: int | None = None  # rounds until it next runs (0 = this one; None = not planned)
-    fair_finish_in_s: float | None = None  # its fair-finish deadline, seconds from now
+    fair_finish_in_s: float | None = None  # its fair-finish deadline (the default: its latest fair start), s from now
     critical_path: bool = False
     waited_rounds: int = 0  # rounds since it last ran
     overdue: bool = False  # waited the starvation bound: the guard puts it first

@@ -46,6 +46,7 @@ class Lab:
         self.config = root / "config.toml"
         self.config.write_text(
             f"[controller]\nround_seconds = {round_s}\nmode = \"authoritative\"\ngrace_seconds = {grace}\n"
+            "rounds_per_restart = 0\n"
             f"slurm_timeout = 5\n"
             f"partition = \"{cluster.partition}\"\nstate_dir = \"{self.state_dir}\"\nevent_store = \"{self.store}\"\n"
             f"[policy]\nname = \"{policy}\"\n"

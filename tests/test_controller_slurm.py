@@ -47,7 +47,7 @@ def submit(c, root: Path, name, seconds=600, gpus=1, comment="shockwave epochs=1
 
 def config(c, root: Path, mode: str, **extra):
     ctl = {"round_seconds": 1, "mode": mode, "partition": c.partition, "state_dir": str(root / "state"),
-           "event_store": str(root / "events"), "grace_seconds": 1, **extra}
+           "event_store": str(root / "events"), "grace_seconds": 1, "rounds_per_restart": 0, **extra}
     cfg = config_from_dict({"controller": ctl, "policy": {"name": "fifo"}}, "test")
     cfg.slurm.env = dict(c.env)
     return cfg
@@ -168,7 +168,7 @@ def test_kill_9_mid_round_then_restart(cluster):
     root = make_root("shockwave-ctl-k-")
     cfg_path = root / "config.toml"
     cfg_path.write_text(
-        "[controller]\nround_seconds = 2\nmode = \"authoritative\"\ngrace_seconds = 1\n"
+        "[controller]\nround_seconds = 2\nmode = \"authoritative\"\ngrace_seconds = 1\nrounds_per_restart = 0\n"
         f"partition = \"{cluster.partition}\"\nstate_dir = \"{root}/state\"\nevent_store = \"{root}/events\"\n"
         "[policy]\nname = \"shockwave\"\n[policy.shockwave]\nfuture_rounds = 5\nreopt_rounds = 2\n"
         f"[slurm.env]\nSLURM_CONF = \"{cluster.env['SLURM_CONF']}\"\n")

@@ -43,6 +43,7 @@ class Scenario:
         self.errors: list[str] = []
         cfg = config_from_dict({"controller": {
             "round_seconds": 2, "mode": "authoritative", "partition": self.c.partition, "min_run_seconds": 0,
+            "rounds_per_restart": 0,
             "state_dir": str(lab.root / "state"), "event_store": str(lab.store), "grace_seconds": GRACE_S},
             "policy": {"name": "fifo"}}, "test")
         cfg.slurm.env = dict(self.c.env)

@@ -4,7 +4,7 @@ takes its GPUs back from the newly started jobs; the reasons say why a job is st
 the cost is measured from the job's own events; the simulator charges it and counts wasted preemptions."""
 from __future__ import annotations
 
-from solver.preemption import gate, verdict, wasted
+from solver.preemption import ROUNDS_PER_RESTART, gate, verdict, wasted
 from solver.types import RULES, ClusterView, JobPlan, JobView, Policy, RoundDecision
 from slurm_shockwave.backends.base import check_decision
 from slurm_shockwave.controller.loop import RoundLoop
@@ -17,11 +17,12 @@ from tests.helpers import job, table
 ROUND = 20.0
 
 
-def jv(i, ran: bool, left_s: float, gpus: int = 1) -> JobView:
-    """A job with `left_s` seconds of work left (10 steps per second)."""
+def jv(i, ran: bool, left_s: float, gpus: int = 1, run_s: float = 10 * ROUND) -> JobView:
+    """A job with `left_s` seconds of work left (10 steps per second) that has run `run_s` (by default long
+    enough for the restart bound to allow a first preemption)."""
     return JobView(job_id=i, arrival_time=0.0, num_gpus=gpus, batch_size=32, epochs_done=0, total_epochs=10,
                    samples_per_epoch=320, steps_done=0.0, total_steps=left_s * 10, throughput=10.0,
-                   ran_last_round=ran)
+                   ran_last_round=ran, run_time=run_s)
 
 
 def decided(view, run, plans):
@@ -29,10 +30,24 @@ def decided(view, run, plans):
 
 
 def test_the_rule():
-    assert not verdict(None, 30.0, 15.0, ROUND).pays                    # within its last round of work
-    assert not verdict(20.0, 30.0, 500.0, ROUND).pays                   # back sooner than its cost
-    assert verdict(40.0, 30.0, 500.0, ROUND).pays
-    assert verdict(None, 30.0, 500.0, ROUND).pays                       # not planned in the window
+    ran = {"run_s": 10 * ROUND}                                         # it has run 10 rounds, never restarted
+    assert not verdict(None, 30.0, 15.0, ROUND, **ran).pays             # within its last round of work
+    assert not verdict(20.0, 30.0, 500.0, ROUND, **ran).pays            # back sooner than its cost
+    assert verdict(40.0, 30.0, 500.0, ROUND, **ran).pays
+    assert verdict(None, 30.0, 500.0, ROUND, **ran).pays                # not planned in the window
+
+
+def test_a_job_is_preempted_at_most_once_per_ten_rounds_of_its_run():
+    """The restart bound (ROUNDS_PER_RESTART = 10: 3 per hour at 120 s rounds): the n-th preemption only after
+    10 n rounds of run, whatever the plan says; 0 turns it off."""
+    assert ROUNDS_PER_RESTART == 10
+    off = 1000.0                                                        # the plan keeps it off long: it would pay
+    assert not verdict(off, 30.0, 5000.0, ROUND, run_s=9 * ROUND).pays
+    assert verdict(off, 30.0, 5000.0, ROUND, run_s=10 * ROUND).pays
+    v = verdict(off, 30.0, 5000.0, ROUND, restarts=2, run_s=29 * ROUND)
+    assert not v.pays and v.why == "2 restarts in 580 s of run: at most one per 10 rounds of run"
+    assert verdict(off, 30.0, 5000.0, ROUND, restarts=2, run_s=30 * ROUND).pays
+    assert verdict(off, 30.0, 5000.0, ROUND, restarts=5, run_s=0.0, rounds_per_restart=0).pays
     assert wasted(15.0, ROUND) == "last_round"
     assert wasted(500.0, ROUND, restarted_at=107.0, boundary=120.0) == "restarted_early"
     assert wasted(500.0, ROUND, restarted_at=125.0, boundary=120.0) is None
@@ -138,3 +153,18 @@ def test_the_controller_counts_a_restart_before_the_next_round_as_wasted():
                           "wasted_restarted_early": 1} and not log.open
     log.save()
     assert PreemptionLog(state).counts == log.counts                   # counts survive a restart
+
+
+def test_the_job_the_guard_starts_first_is_a_reservation_the_restart_bound_does_not_take_back():
+    """A job just started (its restart bound keeps it) takes its GPU back from a newly planned gang, but not from
+    the first job of the starvation guard: a gang as large as the cluster starts at last."""
+    for rule, kept in (("deadline", True), ("guard", False)):
+        view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2,
+                           jobs=(jv(1, True, 900.0, run_s=ROUND), jv(2, False, 300.0, gpus=2)))
+        d = decided(view, (2,), {2: JobPlan(2, rule=rule), 1: JobPlan(1, next_offset=3)})
+        g, verdicts = gate(view, d, {}, 30.0)
+        assert (g.run == (1,)) is kept and (g.run == (2,)) is not kept
+        assert verdicts[1].why.startswith("0 restarts in 20 s of run: at most one per 10 rounds of run")
+        assert verdicts[1].pays is not kept
+        if not kept:
+            assert verdicts[1].why.endswith("but its GPUs went to the job that waited the starvation bound longest")

@@ -60,7 +60,7 @@ def submit(c, root: Path, name: str, comment: str | None = "shockwave epochs=10 
 
 def config(c, root: Path, mode="authoritative", **extra):
     ctl = {"round_seconds": 1, "mode": mode, "partition": c.partition, "state_dir": str(root / "state"),
-           "event_store": str(root / "events"), "grace_seconds": 1, **extra}
+           "event_store": str(root / "events"), "grace_seconds": 1, "rounds_per_restart": 0, **extra}
     (root / "events").mkdir(exist_ok=True)
     cfg = config_from_dict({"controller": ctl, "policy": {"name": "fifo"}}, "test")
     cfg.slurm.env = dict(c.env)

@@ -122,6 +122,26 @@ def test_explain_json(run_state):
     assert out["weight"] == 2.0
 
 
+def test_explain_says_what_holds_a_waiting_job_back_and_until_when(run_state):
+    """4 one-GPU jobs on 2 GPUs: a job not running is held back by the jobs whose fair-finish deadline (the
+    default's latest fair start) comes first; explain counts them, says how many arrived after it and when it
+    is expected to start."""
+    rows = invoke("status", "--state-dir", run_state["state_dir"], "--json")["jobs"]
+    waiting = [r for r in rows if r["state"] != "RUNNING"]
+    assert waiting
+    for r in waiting:
+        out = invoke("explain", r["job_id"], "--state-dir", run_state["state_dir"], "--json")
+        held, mine = out["contention"], out["plan"]["fair_finish_in_s"]
+        assert held["gpus_asked"] == 4 and held["gpus"] == 2
+        deadlines = [invoke("explain", o["job_id"], "--state-dir", run_state["state_dir"], "--json")["plan"]
+                     ["fair_finish_in_s"] for o in rows if o["job_id"] != r["job_id"]]
+        assert held["ahead"] == sum(d is not None and mine is not None and d < mine for d in deadlines)
+        assert 0 <= held["ahead_arrived_later"] <= held["ahead"]
+        text = CliRunner().invoke(cli, ["explain", r["job_id"], "--state-dir", run_state["state_dir"]]).output
+        assert f"held back: 4 GPUs asked of 2; {held['ahead']} jobs come first" in text
+        assert "expected start" in text
+
+
 def test_explain_unknown_job_is_one_line():
     r = CliRunner().invoke(cli, ["explain", "999999", "--state-dir", "/nonexistent"])
     assert r.exit_code == 2 and r.output.count("\n") == 1

@@ -117,7 +117,8 @@ def test_a_submitit_job_is_preempted_with_usr2_and_requeued_once_per_preemption(
                                          "--comment=shockwave epochs=10 bs=32 epoch_s=30"])
     cfg = config_from_dict({"controller": {
         "round_seconds": 1, "mode": "authoritative", "partition": cluster.partition, "state_dir": str(root / "state"),
-        "event_store": str(store), "grace_seconds": 3, "min_run_seconds": 1, "preemption_cost_s": 0},
+        "event_store": str(store), "grace_seconds": 3, "min_run_seconds": 1, "preemption_cost_s": 0,
+        "rounds_per_restart": 0},
         "policy": {"name": "fifo"}}, "test")
     cfg.slurm.env = dict(cluster.env)
     ctl = Controller(cfg)

@@ -6,11 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from solver.policies import default_policy, make_policy
-
-from slurm_shockwave.controller.loop import RoundLoop
 from shockwave_lab.data_files import bundled_profile_for
-from slurm_shockwave.plugins import load_policy_plugins
 from shockwave_lab.metrics import Metrics, compute, lower_bound
 from shockwave_lab.sim.cluster import SimulatedCluster
 from shockwave_lab.workload import gpu_types, profiles
@@ -18,6 +14,9 @@ from shockwave_lab.workload.errors import WorkloadError
 from shockwave_lab.workload.spec import read_spec
 from shockwave_lab.workload.throughputs import ThroughputTable
 from shockwave_lab.workload.trace import read_trace
+from slurm_shockwave.controller.loop import RoundLoop
+from slurm_shockwave.plugins import load_policy_plugins
+from solver.policies import default_policy, make_policy
 
 
 @dataclass
@@ -89,33 +88,39 @@ def semantics_settings(semantics: str, round_length: float = 120.0, policy: str 
     if semantics not in SEMANTICS:
         raise ValueError(f"unknown semantics {semantics!r}: one of {', '.join(SEMANTICS)}")
     if semantics == "reference":
-        return {"early_rounds": None, "preemption_cost_s": None, "mode": None}
-    from solver.policies import policy_class
+        return {"early_rounds": None, "preemption_cost_s": None, "mode": None, "rounds_per_restart": 0}
     from slurm_shockwave.controller.config import ControllerConfig
+    from solver.policies import policy_class
     load_policy_plugins()
     controller = ControllerConfig(round_seconds=min(round_length, 86400))
     gated = policy_class(policy or default_policy().name).runs_under_controller
     return {"early_rounds": controller.early_round_timing,
-            "preemption_cost_s": controller.preemption_cost_s if gated else None, "mode": "authoritative"}
+            "preemption_cost_s": controller.preemption_cost_s if gated else None, "mode": "authoritative",
+            "rounds_per_restart": controller.rounds_per_restart}
 
 
 def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, round_length: float = 120.0,
                    policy_config=None, profile=None, on_round=None, keep_round_log: bool = False,
                    restart_penalty: float = 20.0, gpus_per_node: int | None = None,
                    early_rounds: tuple[float, float] | None = None, preemption_cost_s: float | None = None,
-                   mode: str | None = None, semantics: str | None = None) -> SimResult:
+                   mode: str | None = None, semantics: str | None = None,
+                   rounds_per_restart: int | None = None) -> SimResult:
     """`workload`: a file (load_workload) or a list of JobSpecs; `num_gpus`: a number (one untyped pool) or {GPU
     type: count} (workload/gpu_types.py: `throughputs` is then the file, or {type: table} with the v100 column);
     `gpus_per_node`: each gang on one node of that many GPUs (None: each type one pool, as the reference);
     `early_rounds`: (poll, min gap) seconds of the controller's event-driven rounds (sim/cluster.py; None: the
     reference's rounds); `preemption_cost_s`: the controller's preemption gate at that cost (None: no gate, the
-    reference's semantics); `mode`: how a running job's reason reads (RoundLoop); `semantics`: one of SEMANTICS,
-    which sets those three (with none of them given)."""
+    reference's semantics); `rounds_per_restart`: the gate's restart bound (None: solver.preemption's); `mode`: how
+    a running job's reason reads (RoundLoop); `semantics`: one of SEMANTICS, which sets those four (with none of
+    them given)."""
     if semantics is not None:
-        if early_rounds is not None or preemption_cost_s is not None or mode is not None:
-            raise ValueError("semantics sets early_rounds, preemption_cost_s and mode: give either")
+        if any(x is not None for x in (early_rounds, preemption_cost_s, mode, rounds_per_restart)):
+            raise ValueError("semantics sets early_rounds, preemption_cost_s, rounds_per_restart and mode: give either")
         s = semantics_settings(semantics, round_length, policy)
         early_rounds, preemption_cost_s, mode = s["early_rounds"], s["preemption_cost_s"], s["mode"]
+        rounds_per_restart = s["rounds_per_restart"]
+    if rounds_per_restart is None:
+        from solver.preemption import ROUNDS_PER_RESTART as rounds_per_restart
     capacity = gpu_types.capacity_of(num_gpus)
     num_gpus = sum(capacity.values())
     if num_gpus <= 0 or min(capacity.values()) <= 0:
@@ -130,7 +135,7 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
                                round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node,
                                early_rounds=early_rounds)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log, mode=mode,
-                     preemption_cost_s=preemption_cost_s)
+                     preemption_cost_s=preemption_cost_s, rounds_per_restart=rounds_per_restart)
     started = time.perf_counter()
     loop.run()
     wall = time.perf_counter() - started

@@ -42,6 +42,22 @@ def test_a_runs_key_follows_the_modules_its_policy_imports():
     assert len(set(keys.values())) == 3 and all(key.startswith(f"{p}-") for p, key in keys.items())
 
 
+def test_the_study_runs_ours_as_the_controller_does_and_the_baselines_as_published():
+    """Issue 36: the default's and shockwave-paper's runs have the controller's early rounds, preemption gate and
+    restart bound; the baselines the reference's semantics; Slurm's own models, simulated as the controller runs
+    a policy, get the early rounds and never the gate.  The semantics is part of each run's key."""
+    from shockwave_lab.simulate import semantics_settings
+    assert [study.study_semantics(p) for p in ("shockwave-edf", "shockwave-paper", "gandiva_fair", "fifo")] == [
+        "controller", "controller", "reference", "reference"]
+    assert study.run_key("shockwave-edf").endswith("-controller") and study.run_key("pollux").endswith("-reference")
+    ours, slurm = semantics_settings("controller", 120.0, "shockwave-edf"), semantics_settings("controller", 120.0,
+                                                                                               "slurm-preempt")
+    assert ours == {"early_rounds": (5.0, 5.0), "preemption_cost_s": 30.0, "mode": "authoritative",
+                    "rounds_per_restart": 10}
+    assert slurm["early_rounds"] == (5.0, 5.0) and slurm["preemption_cost_s"] is None
+    assert semantics_settings("reference", 120.0, "shockwave-edf")["early_rounds"] is None
+
+
 def test_the_study_lists_its_traces(capsys):
     study_main(["list"])
     lines = capsys.readouterr().out.splitlines()

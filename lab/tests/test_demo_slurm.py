@@ -30,13 +30,14 @@ def _daemon_pids(root: str):
 
 def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     """No Slurm: the demo's trace has more jobs than GPUs, several users, every mode, and the simulator, on the
-    demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), puts Shockwave ahead of the plain-Slurm model
-    checked on the replay's cluster (minute time limits, scheduler passes, docs/replay.md) on all four headline
-    figures whatever a restart costs, its rounds ending early as the replay's controller's do: makespan by 0-10%,
-    average JCT by 13-24%.  (Before the predictor counted the current epoch and the simulator's static jobs
-    declared their own batch size, its makespan was 0-9% behind.)  This trace's margin is not the rule: on 12 other
-    seeds of its shape Shockwave's makespan is on average 3% ahead to 2% behind (docs/round-length.md); the real
-    runs are measured in docs/demo.md."""
+    demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), its rounds ending early as the replay's
+    controller's do, puts Shockwave ahead of the plain-Slurm model checked on the replay's cluster (minute time
+    limits, scheduler passes, docs/replay.md) at the restart costs the real runs measure (40-80 trace seconds,
+    docs/demo.md): worst rho, unfair fraction and average JCT ahead, makespan within 1%.  At twice that cost it is
+    still ahead on average JCT and unfair fraction.  (Since issue 36 the gate preempts a job at most once per 10
+    rounds of its run: the demo's jobs, of 5 to 30 minutes, are rarely preempted, 1-3 restarts instead of about
+    20, which costs its worst rho and makespan at a high restart cost: 2.62 against plain Slurm's 2.44, 13% behind
+    at 120 s.)"""
     import tempfile
     from pathlib import Path
 
@@ -49,10 +50,13 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     assert len(jobs) == 24 > 8 and len({j.user for j in jobs}) == 3 and {j.mode for j in jobs} >= {"gns", "accordion"}
     for start in (0.0, 4.0):                              # plain Slurm's start cost: the programs' start-up
         plain = simulate(specs, table, 8, 2, "slurm", start, 40.0)
-        for cost in (30.0, 60.0, 120.0):                  # whatever a restart costs on the machine
+        for cost in (30.0, 60.0, 120.0):                  # a restart's cost, the measured range and twice it
             sw = simulate(specs, table, 8, 2, "shockwave-edf", cost, 40.0)
-            for key in ("worst_rho", "unfair_fraction", "avg_jct_s", "makespan_s"):
+            ahead = ("avg_jct_s", "unfair_fraction") + (("worst_rho",) if cost <= 60 else ())
+            for key in ahead:
                 assert sw[key] < plain[key], (start, cost, key, sw[key], plain[key])
+            if cost <= 60:
+                assert sw["makespan_s"] < 1.01 * plain["makespan_s"], (start, cost, sw["makespan_s"])
 
 
 def test_short_demo_end_to_end(tmp_path):

@@ -265,7 +265,16 @@ def explain(job_id, config_path, state_dir, as_json):
             lines.append("  priority: on the critical path (its remaining time sets the makespan if it waits)")
         elif plan.get("fair_finish_in_s") is not None:
             lines.append(
-                f"  priority: fair-finish deadline in {plan['fair_finish_in_s']:.0f} s (earliest deadline first)"
+                f"  priority: fair-finish deadline in {plan['fair_finish_in_s']:.0f} s (earliest first; the "
+                "default's is its latest fair start: after it, it would finish less fairly than the worst job now)"
+            )
+        held = out.get("contention")
+        if held and out.get("state") != "RUNNING" and held["gpus_asked"] > held["gpus"]:
+            until = fmt_clock(out.get("expected_start")) if out.get("expected_start") else "not in the planned window"
+            lines.append(
+                f"  held back: {held['gpus_asked']} GPUs asked of {held['gpus']}; {held['ahead']} jobs come first by "
+                f"fair-finish deadline, {held['ahead_arrived_later']} of them arrived after it (a burst); "
+                f"expected start {until}"
             )
     for a in out["recent_actions"]:
         lines.append(f"  round {a['round']}: {a['verb']} {a['value'] if a['value'] != 'null' else ''} -> {a['status']}")

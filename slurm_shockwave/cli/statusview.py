@@ -309,8 +309,30 @@ def explain_job(store, job_id: str) -> dict | None:
         "max_bs": view.max_batch_size if view is not None else v.get("max_bs"),
         "posterior": posterior,
         "plan": plan,
+        "contention": contention(rec, view) if rec and view is not None and not row.get("finished") else None,
         "cluster_warnings": summary["warnings"],
         "recent_actions": [{k: a[k] for k in ("round", "verb", "value", "status", "error")} for a in actions],
+    }
+
+
+def contention(rec, view) -> dict:
+    """What holds a job back this round: the GPUs the active jobs ask for and the cluster's, and the jobs that come
+    before it by fair-finish deadline (the default's: latest fair start), with how many of those arrived after it
+    (a burst: they are owed more by now, or are shorter)."""
+    mine = rec.plan(view.job_id).fair_finish_in_s
+    ahead = [
+        j
+        for j in rec.view.jobs
+        if j.job_id != view.job_id
+        and mine is not None
+        and (d := rec.plan(j.job_id).fair_finish_in_s) is not None
+        and d < mine
+    ]
+    return {
+        "gpus_asked": sum(j.num_gpus for j in rec.view.jobs),
+        "gpus": rec.view.num_gpus,
+        "ahead": len(ahead),
+        "ahead_arrived_later": sum(j.arrival_time > view.arrival_time for j in ahead),
     }
 
 

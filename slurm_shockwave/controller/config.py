@@ -25,6 +25,7 @@ from pydantic.config import JsonDict
 from slurm_shockwave import policy_settings, site
 from slurm_shockwave.loader import InputFileError, load
 from slurm_shockwave.validation import describe, line, show
+from solver import preemption
 
 if TYPE_CHECKING:
     from pydantic_core import InitErrorDetails
@@ -220,6 +221,10 @@ class ControllerConfig(_Strict):
                                                  "keeps it off longer than its preemption cost (checkpoint + "
                                                  "requeue + restart, measured from its own events), never in its "
                                                  "last round of work; this cost until its first is measured")
+    rounds_per_restart: int = Field(preemption.ROUNDS_PER_RESTART, ge=0, le=100000,
+                                    description="authoritative: a job is preempted at most once per this many rounds "
+                                                "of the time it has run (10: 3 per hour at 120 s rounds; a job is "
+                                                "first preempted after 10 rounds of run); 0 = no bound")
     preempt_signal: str = Field("USR1", description="the checkpoint signal (the job templates catch USR1; USR2, "
                                                     "TERM, INT, ...; never KILL)")
     site_factor: int = Field(1_000_000, ge=1, le=2147483645,

@@ -126,6 +126,7 @@ class Controller:
             explain=True,
             mode=cfg.mode,
             preemption_cost_s=_gate_cost(cfg),
+            rounds_per_restart=cfg.rounds_per_restart,
         )
         self._reload_requested = False
         self._storage_down_since: float | None = None
@@ -279,6 +280,7 @@ class Controller:
         self.backend.reconfigure(self.cfg)
         self.loop.mode = self.cfg.mode
         self.loop.preemption_cost_s = _gate_cost(self.cfg)
+        self.loop.rounds_per_restart = self.cfg.rounds_per_restart
         if (self.cfg.policy.name, self.cfg.policy.settings) != old_policy:
             self.policy = make_policy(self.cfg.policy.name, self.cfg.policy.settings)
             self.loop.policy = self.policy

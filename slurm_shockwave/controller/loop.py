@@ -64,6 +64,7 @@ class RoundLoop:
         explain: bool = False,
         mode: str | None = None,
         preemption_cost_s: float | None = None,
+        rounds_per_restart: int = preemption.ROUNDS_PER_RESTART,
     ) -> None:
         self.backend = backend
         self.policy = policy
@@ -73,6 +74,7 @@ class RoundLoop:
         self.explain = explain
         self.mode = mode  # advisory | authoritative: how a running job's reason reads
         self.preemption_cost_s = preemption_cost_s  # None: no gate (the reference's semantics)
+        self.rounds_per_restart = rounds_per_restart  # the gate's restart bound (solver/preemption.py)
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
         self.moves = 0  # running jobs placed on other nodes (solver/nodes.py)
         # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
@@ -134,7 +136,9 @@ class RoundLoop:
         stopping = self.backend.stopping()
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
-            gated, _verdicts = preemption.gate(view, decision, costs, self.preemption_cost_s, stopping)
+            gated, _verdicts = preemption.gate(
+                view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart
+            )
             decision = check_decision(view, gated)
         run = set(decision.run)
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]

@@ -127,6 +127,7 @@ def build(
         max_batch_size=p.max_batch_size or marker.get("max_bs"),
         ran_last_round=job.state == "RUNNING",
         gpu_type=gpu_type,
+        restarts=int(job.restart_count or 0),
         run_time=sum(
             durations.get(b, epoch_s) * n
             for b, n in (

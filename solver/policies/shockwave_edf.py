@@ -4,8 +4,12 @@ Each plan fixes the jobs that run now, in this order, while their gangs fit in o
 needs (up to the window): finishing jobs (every epoch reported, still running), oldest first; the makespan's
 critical path (a job with (1 + ``critical_margin``) x its predicted remaining time >= the online makespan bound
 max(sum_i rem_i g_i / G, max_i rem_i)), longest first, at most a user's equal share of the GPUs (remaining times
-rest on declared epochs: a hostile user cannot buy the cluster); then every other job by its fair-finish deadline
-arrival + F-bar (Shockwave's own target), earliest first.  Fairness is between users: each user is first filled
+rest on declared epochs: a hostile user cannot buy the cluster); then every other job by its fair-finish deadline,
+its *latest fair start* (solver/entitlement.py: the time after which, run to its end, it would finish less fairly
+than the worst active job would if started now, from what it was owed under the contention it saw), earliest
+first.  (Shockwave's own target, arrival + F-bar, set each job's deadline from the contention when its target was
+estimated: jobs of one burst got deadlines on different scales, and the short ones waited longest for their
+share; F-bar is still each job's rho-hat in `status`.)  Fairness is between users: each user is first filled
 up to its share of the GPUs (its part of the budgets: a user's jobs split the user's share, fairshare.user_shares),
 then whatever still fits goes in the same order.  Idle GPUs of the window, and GPUs freed since the plan was made,
 go in the same order (rule "backfill").  A job runs to completion once it is at the head instead of
@@ -27,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from solver.entitlement import EntitlementTracker
 from solver.market.plan import backfill, pack_rounds
 from solver.policies.shockwave_base import ShockwaveBase
 from solver.types import ClusterView
@@ -65,8 +70,8 @@ class ShockwaveEDF(ShockwaveBase):
     label = "Shockwave-EDF"
     description = (
         "the default: Shockwave's predictor and fair-finish targets, earliest deadline first "
-        "(finishing jobs, then the makespan's critical path, then the earliest fair-finish deadline); "
-        "no market."
+        "(finishing jobs, then the makespan's critical path, then the earliest latest fair start: what each job "
+        "is owed under the contention it saw); no market."
     )
     config_model = ShockwaveEDFConfig
     order = 0
@@ -74,9 +79,24 @@ class ShockwaveEDF(ShockwaveBase):
     config: ShockwaveEDFConfig
     restate = "remaining"  # whole epochs left, the current one included (the reference's is one short)
 
+    def __init__(self, config: object = None) -> None:
+        super().__init__(config)
+        self.entitlement = EntitlementTracker()
+
+    def state_dict(self) -> dict[Any, Any]:
+        return {**super().state_dict(), "entitlement": self.entitlement.state_dict()}
+
+    def load_state_dict(self, state: Any) -> None:
+        super().load_state_dict(state)
+        self.entitlement.load_state_dict(state.get("entitlement", {}))
+
+    def _track(self, view: ClusterView, r: int) -> None:
+        super()._track(view, r)
+        self.entitlement.update(view)
+
     def _fill_order(self, view: ClusterView, est: dict[Any, Any], r: int) -> tuple[list[Any], dict[Any, Any]]:
-        """The critical path, longest predicted remaining first, then every other job by its fair-finish deadline
-        (earliest first; jobs without a target last).  Times are relative to now and to each job's arrival only.
+        """The critical path, longest predicted remaining first, then every other job by its latest fair start
+        (earliest first; jobs without one last).  Times are relative to now and to each job's arrival only.
         Returns (order, {job: {"critical_path", "fair_finish_in_s"}})."""
         G = int(view.num_gpus)
         jobs = [j for j in view.jobs if 0 < j.num_gpus <= G]
@@ -85,7 +105,7 @@ class ShockwaveEDF(ShockwaveBase):
         rem = {j.job_id: est[j.job_id]["remaining"] for j in jobs}
         bound = max(sum(rem[j.job_id] * j.num_gpus for j in jobs) / G, max(rem.values()))
         margin = 1.0 + self.config.critical_margin
-        due = self._due(view, r)
+        due = self.entitlement.latest_starts(view, {i: est[i]["done"] + rem[i] for i in rem}, rem)
         # the critical path takes at most a user's equal share of the GPUs (G / users with jobs; a user's first
         # critical job always counts), so declaring a huge job cannot buy a whole cluster
         share = G / max(len({j.user for j in jobs}), 1)

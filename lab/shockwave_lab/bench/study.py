@@ -80,16 +80,22 @@ def code_hash(policy: str) -> str:
     return h.hexdigest()[:6]
 
 
-#: the semantics the study's tables use (shockwave_lab.simulate.SEMANTICS): every policy as the controller runs it;
-#: "reference" runs (`--semantics reference`) reproduce the paper's numbers and show what the controller changes
-STUDY_SEMANTICS = "controller"
+def study_semantics(policy: str) -> str:
+    """The semantics the study's tables run `policy` under (shockwave_lab.simulate.SEMANTICS): ours (solver/policies)
+    as the controller runs them (its early rounds and preemption gate: what a site gets), the lab's baselines as
+    published (the reference simulator's rounds, every preemption their plan makes, each charged its restart
+    penalty: the gate would cut the time-slicing they are built on).  `--semantics reference` runs ours that way
+    too (the paper's numbers; what the controller changes)."""
+    return "controller" if policy_class(policy).__module__.startswith("solver.") else "reference"
 
 
-def run_key(policy: str, cfg=None, semantics: str = STUDY_SEMANTICS) -> str:
+def run_key(policy: str, cfg=None, semantics: str | None = None) -> str:
+    semantics = semantics or study_semantics(policy)
     return f"{policy}-{config_hash(settings_of(policy, cfg))}-{code_hash(policy)}-{semantics}"
 
 
-def run_one(spec, policy: str, cfg, out_dir: Path, tmpdir: Path, force=False, semantics: str = STUDY_SEMANTICS) -> dict:
+def run_one(spec, policy: str, cfg, out_dir: Path, tmpdir: Path, force=False, semantics: str | None = None) -> dict:
+    semantics = semantics or study_semantics(policy)
     out = out_dir / spec.name / f"{run_key(policy, cfg, semantics)}.json"
     if out.exists() and not force:
         return json.loads(out.read_text())

@@ -5,6 +5,7 @@
     nice -n 10 .venv/bin/python bench/study.py heldout             # the held-out traces, every policy
     nice -n 10 .venv/bin/python bench/study.py typed               # three GPU types (issue 24), every policy
     nice -n 10 .venv/bin/python bench/study.py users               # users and a splitter (issue 24), every policy
+    nice -n 10 .venv/bin/python bench/study.py public              # windows of public traces (docs/public-traces.md)
     .venv/bin/python bench/study.py report                          # docs/results.md from what has finished
     nice -n 10 .venv/bin/python bench/study.py sweep --policy shockwave-paper --set lambda=12 --set lambda=25
     .venv/bin/python bench/study.py list                            # the traces, their offered load, how made
@@ -22,10 +23,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from shockwave_lab.bench.study import STUDY_SEMANTICS, OUT, baselines, policies, policy_class, run_key, run_one
+from shockwave_lab.bench.study import OUT, baselines, policies, policy_class, run_key, run_one
 from shockwave_lab.simulate import SEMANTICS
 from shockwave_lab.bench.study_report import write_report
-from shockwave_lab.bench.study_traces import ALL, HELDOUT, SWEEP, TYPED, USERS, listing
+from shockwave_lab.bench.study_traces import ALL, HELDOUT, PUBLIC, SWEEP, TYPED, USERS, listing
 
 
 def _parse_set(policy: str, text: str):
@@ -50,13 +51,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("run", "the study (resumable)"), ("heldout", "the held-out traces (resumable)"),
-                       ("typed", "three GPU types (resumable)"), ("users", "users and a splitter (resumable)")):
+                       ("typed", "three GPU types (resumable)"), ("users", "users and a splitter (resumable)"),
+                       ("public", "windows of public GPU-cluster traces (resumable)")):
         r = sub.add_parser(name, help=text)
         r.add_argument("--policies", nargs="+", default=None, help="default: every policy")
         r.add_argument("--traces", nargs="+", default=None, help="trace names (default: all, smallest first)")
         r.add_argument("--force", action="store_true")
-        r.add_argument("--semantics", choices=SEMANTICS, default=STUDY_SEMANTICS,
-                       help="how the loop runs each policy (shockwave_lab.simulate.SEMANTICS)")
+        r.add_argument("--semantics", choices=SEMANTICS, default=None,
+                       help="how the loop runs each policy (default: study.study_semantics)")
     s = sub.add_parser("sweep", help="settings of one policy on the sweep traces")
     s.add_argument("--policy", required=True)
     s.add_argument("--set", action="append", required=True, help="lambda=12,k_norm=30 (JSON values)")
@@ -73,9 +75,9 @@ def main(argv=None):
     if args.cmd == "report":
         print(f"wrote {write_report(tmpdir)}")
         return
-    if args.cmd in ("run", "heldout", "typed", "users"):
+    if args.cmd in ("run", "heldout", "typed", "users", "public"):
         pool, out_dir = {"run": (ALL, OUT), "heldout": (HELDOUT, OUT / "heldout"), "typed": (TYPED, OUT / "typed"),
-                         "users": (USERS, OUT / "users")}[args.cmd]
+                         "users": (USERS, OUT / "users"), "public": (PUBLIC, OUT / "public")}[args.cmd]
         specs = sorted(_select(args.traces, pool), key=lambda s: (s.jobs, s.gpus))
         runs = [(spec, pol, None) for pol in (args.policies or policies()) for spec in specs]
     else:
@@ -84,7 +86,7 @@ def main(argv=None):
         if args.baselines:
             runs += [(spec, pol, None) for pol in baselines() for spec in specs]
         out_dir = OUT / "sweep"
-    semantics = getattr(args, "semantics", STUDY_SEMANTICS)
+    semantics = getattr(args, "semantics", None)
     for spec, pol, cfg in runs:
         row = run_one(spec, pol, cfg, out_dir, tmpdir, force=getattr(args, "force", False), semantics=semantics)
         print(f"{spec.name:20s} {run_key(pol, cfg, semantics):40s} mk/LB {row['makespan_over_lb']:.3f} "
