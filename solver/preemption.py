@@ -148,7 +148,7 @@ def gate(
             placement.pop(e)
             old = plans.get(e) or JobPlan(e)
             plans[e] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset)
-        t = Packer(_free(view, placement)).take_job(j)
+        t = _home(j) or Packer(_free(view, placement)).take_job(j)
         run.append(j.job_id)
         placement[j.job_id] = {t: j.num_gpus}
         plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
@@ -166,6 +166,15 @@ def _free(view: ClusterView, placement: Mapping[Any, Any]) -> dict[Any, Any]:
     return free
 
 
+def _home(job: JobView) -> str | None:
+    """The type a kept job stays on: the one it runs on (a move is a restart too) while it may still run there (its
+    requested type; a throughput there at its batch size); None: unknown, or it must move (any type it can run on)."""
+    t = job.running_type
+    if t is None or (job.gpu_type is not None and t != job.gpu_type):
+        return None
+    return t if not job.throughput_by_type or t in job.throughput_by_type else None
+
+
 def _make_room(
     view: ClusterView,
     jobs: Mapping[Any, JobView],
@@ -174,12 +183,19 @@ def _make_room(
     job: JobView,
     reserved: Set[Any] = frozenset(),
 ) -> list[Any] | None:
-    """The newly started jobs to take out of the run set (last first; never a `reserved` one) so that `job` fits;
-    None if it cannot."""
+    """The newly started jobs to take out of the run set (last first; never a `reserved` one) so that `job` fits, on
+    the type it runs on when that is known; None if it cannot."""
     free = _free(view, placement)
     evict = []
     newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round and x not in reserved]
-    while not Packer(free).fits_job(job):
+    here = _home(job)
+    if here is not None:
+        newcomers = [x for x in newcomers if here in placement[x]]
+
+    def fits() -> bool:
+        return free.get(here, 0) >= job.num_gpus if here is not None else Packer(free).fits_job(job)
+
+    while not fits():
         if not newcomers:
             return None
         e = newcomers.pop(0)

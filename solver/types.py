@@ -43,6 +43,7 @@ class JobView:
     ran_last_round: bool = False
     run_time: float = 0.0  # seconds this job has run so far (wall time while scheduled)
     restarts: int = 0  # times it started again after it had run (a preemption's requeue, a move; Slurm's restart count)
+    running_type: str | None = None  # the GPU type it runs on now (None: not running, or unknown: Slurm's view)
     gpu_type: str | None = None  # the GPU type its user asked for (None: any type)
     # iterations/s of the whole job at each GPU count it can run on, at batch_size: an elastic job may be placed
     # on any of these counts (solver/placement.py); empty: it runs on its whole num_gpus gang only

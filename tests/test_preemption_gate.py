@@ -168,3 +168,21 @@ def test_the_job_the_guard_starts_first_is_a_reservation_the_restart_bound_does_
         assert verdicts[1].pays is not kept
         if not kept:
             assert verdicts[1].why.endswith("but its GPUs went to the job that waited the starvation bound longest")
+
+
+def test_a_kept_job_stays_on_the_type_it_runs_on():
+    """On a cluster of two types a kept job takes its GPU back on the type it runs on (a move is a restart too),
+    from the newcomer placed there, not from the last one started on the other type; unknown: any type (the last
+    one started)."""
+    from dataclasses import replace as with_
+    base = jv(1, True, 900.0, run_s=ROUND)
+    for running, evicted in (("a", 3), (None, 2)):
+        view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2, capacity={"a": 1, "b": 1},
+                           jobs=(with_(base, running_type=running), jv(2, False, 300.0), jv(3, False, 300.0)))
+        d = RoundDecision(run=(3, 2), placement={2: {"b": 1}, 3: {"a": 1}},     # 2 is the last started
+                          plans={2: JobPlan(2, rule="deadline"), 3: JobPlan(3, rule="deadline"),
+                                 1: JobPlan(1, next_offset=3)})
+        g, _ = gate(view, d, {}, 30.0)
+        assert evicted not in g.run and 1 in g.run
+        if running:
+            assert g.placement[1] == {"a": 1}

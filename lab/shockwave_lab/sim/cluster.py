@@ -289,6 +289,7 @@ class SimulatedCluster(ClusterBackend):
             account=s.account, weight=s.weight, mode=s.mode, job_type=job.job_type,
             min_batch_size=s.initial_bs, max_batch_size=job.max_bs,
             ran_last_round=s.job_id in self._prev_gpus, run_time=job.run_time, restarts=job.restarts,
+            running_type=self._prev_gpus[s.job_id][0] if s.job_id in self._prev_gpus else None,
             nodes=self._prev_nodes.get(s.job_id, ()),
             throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
 
