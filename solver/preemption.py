@@ -5,11 +5,12 @@ events by the backend, a default before the first measurement).  It pays only wh
 its GPUs for longer than that cost; a job within its last round of work is never preempted (it would be done
 before the cost is recovered), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds
 of the time it has run so far (3 restarts per hour at the default 120 s rounds; what is left is only a prediction,
-so it does not count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the
-decision starts this round (the last of the run order first: policies list their run set in priority order), never
-from the first job its policy's starvation guard starts (rule "guard", the longest wait: a reservation, so a gang
-as large as the cluster starts at last; the bound on a job's wait comes before the bound on another's restarts);
-when those do not free enough GPUs of its type it is preempted after all.
+so it does not count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the decision
+starts this round (the last of the run order first: policies list their run set in priority order; a job the restart
+bound keeps, its own user's first, then those of users who would still hold at least as many GPUs for their weight:
+the bound never buys a user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the
+longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes
+before the bound on another's restarts); when those do not free enough GPUs of its type it is preempted after all.
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
 next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
@@ -44,6 +45,7 @@ class Verdict:
     cost_s: float
     off_s: float | None  # seconds the plan keeps it off its GPUs (None: beyond the planned window)
     remaining_s: float | None
+    bound: bool = False  # kept by the restart bound (not to save a preemption's waste)
 
 
 def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
@@ -85,6 +87,7 @@ def verdict(
             cost_s,
             off_s,
             left_s,
+            bound=True,
         )
     off = f"off for {off_s:.0f} s" if off_s is not None else "not planned in the window"
     return Verdict(True, f"{off}, more than its preemption cost ({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
@@ -138,9 +141,9 @@ def gate(
             continue
         # the guard's first job (it lists the longest wait first) keeps what it was given: a reservation
         reserved = {next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)} - {None}
-        evict = _make_room(view, jobs, run, placement, j, reserved)
+        evict = _make_room(view, jobs, run, placement, j, reserved, fair=v.bound)
         if evict is None:
-            why = "the job that waited the starvation bound longest" if reserved else "running jobs"
+            why = "the job that waited the starvation bound longest" if reserved else "running jobs or other users"
             verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to {why}")
             continue
         for e in evict:
@@ -175,6 +178,20 @@ def _home(job: JobView) -> str | None:
     return t if not job.throughput_by_type or t in job.throughput_by_type else None
 
 
+def _held(
+    view: ClusterView, jobs: Mapping[Any, JobView], run: list[Any], placement: Mapping[Any, Any]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """({user: GPUs its jobs of the run set hold}, {user: its weight, the mean of its active jobs' weights})."""
+    held: dict[str, float] = {}
+    for x in run:
+        held[jobs[x].user] = held.get(jobs[x].user, 0.0) + sum(placement[x].values())
+    ws: dict[str, list[float]] = {}
+    for j in view.jobs:
+        w = float(j.weight)
+        ws.setdefault(j.user, []).append(w if math.isfinite(w) and w > 0 else 1.0)
+    return held, {u: sum(v) / len(v) for u, v in ws.items()}
+
+
 def _make_room(
     view: ClusterView,
     jobs: Mapping[Any, JobView],
@@ -182,15 +199,30 @@ def _make_room(
     placement: Mapping[Any, Any],
     job: JobView,
     reserved: Set[Any] = frozenset(),
+    fair: bool = False,
 ) -> list[Any] | None:
-    """The newly started jobs to take out of the run set (last first; never a `reserved` one) so that `job` fits, on
-    the type it runs on when that is known; None if it cannot."""
+    """The newly started jobs to take out of the run set (last first; never a `reserved` one; with `fair`, a job
+    the restart bound keeps, its own user's before others', and never from a user who would then hold fewer GPUs
+    for its weight than its user) so that `job` fits, on the type it runs on when that is known; None if it
+    cannot."""
     free = _free(view, placement)
     evict = []
     newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round and x not in reserved]
     here = _home(job)
     if here is not None:
         newcomers = [x for x in newcomers if here in placement[x]]
+    # fairness between users before the restart bound: its own user's newcomers, then only those of users who would
+    # still hold at least as many GPUs for their weight as its user then does (the bound never buys a user GPUs)
+    if fair:
+        held, weight = _held(view, jobs, run, placement)
+        u = job.user
+        mine = held.get(u, 0.0) + job.num_gpus
+        newcomers = [x for x in newcomers if jobs[x].user == u] + [
+            x
+            for x in newcomers
+            if jobs[x].user != u
+            and (held[jobs[x].user] - sum(placement[x].values())) / weight[jobs[x].user] >= mine / weight[u] - 1e-9
+        ]
 
     def fits() -> bool:
         return free.get(here, 0) >= job.num_gpus if here is not None else Packer(free).fits_job(job)

@@ -186,3 +186,23 @@ def test_a_kept_job_stays_on_the_type_it_runs_on():
         assert evicted not in g.run and 1 in g.run
         if running:
             assert g.placement[1] == {"a": 1}
+
+
+def test_a_kept_job_takes_from_its_own_user_first_and_never_from_a_poorer_user():
+    """Fairness between users comes before the restart bound: a kept job's GPU comes back from its own user's
+    newcomer before another's, and never from a user who would then hold fewer GPUs than its user."""
+    from dataclasses import replace as with_
+    a1, a2 = with_(jv(1, True, 900.0, run_s=ROUND), user="a"), with_(jv(2, False, 300.0), user="a")
+    b3 = with_(jv(3, False, 300.0), user="b")
+    view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2, jobs=(a1, a2, b3))
+    d = decided(view, (2, 3), {2: JobPlan(2, rule="deadline"), 3: JobPlan(3, rule="deadline"),
+                               1: JobPlan(1, next_offset=3)})
+    g, verdicts = gate(view, d, {}, 30.0)
+    assert set(g.run) == {1, 3} and not verdicts[1].pays                # user a's own newcomer made room
+    a4 = with_(jv(4, True, 900.0), user="a")                             # user a already holds a GPU
+    view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2, jobs=(a1, a4, b3))
+    d = decided(view, (4, 3), {4: JobPlan(4, rule="deadline"), 3: JobPlan(3, rule="deadline"),
+                               1: JobPlan(1, next_offset=3)})
+    g, verdicts = gate(view, d, {}, 30.0)
+    assert set(g.run) == {4, 3} and verdicts[1].pays
+    assert verdicts[1].why.endswith("but its GPUs went to running jobs or other users")
