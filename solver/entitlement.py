@@ -25,13 +25,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from solver.market.fairshare import gpu_share
 from solver.types import ClusterView
 
 
 def rate(view: ClusterView) -> float:
-    """The entitlement rate now: min(1, G / D), D = the GPUs the active jobs ask for."""
-    demand = sum(max(int(j.num_gpus), 0) for j in view.jobs)
-    return min(1.0, view.num_gpus / demand) if demand > 0 else 1.0
+    """The entitlement rate now: min(1, G / D), D = the GPUs the active jobs ask for (fairshare.gpu_share)."""
+    return gpu_share(view.num_gpus, [j.num_gpus for j in view.jobs if j.num_gpus > 0])
 
 
 def _number(v: Any) -> float:

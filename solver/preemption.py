@@ -151,9 +151,9 @@ def gate(
             placement.pop(e)
             old = plans.get(e) or JobPlan(e)
             plans[e] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset)
-        t = _home(j) or Packer(_free(view, placement)).take_job(j)
+        t = _home(j) or Packer(_free(view, placement)).take(held(j), j.gpu_type, j.throughput_by_type)
         run.append(j.job_id)
-        placement[j.job_id] = {t: j.num_gpus}
+        placement[j.job_id] = {t: held(j)}
         plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
     for jid, v in verdicts.items():
         if v.pays:
@@ -167,6 +167,13 @@ def _free(view: ClusterView, placement: Mapping[Any, Any]) -> dict[Any, Any]:
         for t, n in by_type.items():
             free[t] = free.get(t, 0) - n
     return free
+
+
+def held(job: JobView) -> int:
+    """The GPUs a kept job keeps: its asked count, or fewer when it is an elastic job that ran on fewer (started small,
+    solver/elastic.py; one that ran on more gives the extra back)."""
+    n = job.running_gpus
+    return n if job.gpus_range is not None and n is not None and 0 < n < job.num_gpus else job.num_gpus
 
 
 def _home(job: JobView) -> str | None:
@@ -214,18 +221,21 @@ def _make_room(
     # fairness between users before the restart bound: its own user's newcomers, then only those of users who would
     # still hold at least as many GPUs for their weight as its user then does (the bound never buys a user GPUs)
     if fair:
-        held, weight = _held(view, jobs, run, placement)
+        held_by, weight = _held(view, jobs, run, placement)
         u = job.user
-        mine = held.get(u, 0.0) + job.num_gpus
+        mine = held_by.get(u, 0.0) + held(job)
         newcomers = [x for x in newcomers if jobs[x].user == u] + [
             x
             for x in newcomers
             if jobs[x].user != u
-            and (held[jobs[x].user] - sum(placement[x].values())) / weight[jobs[x].user] >= mine / weight[u] - 1e-9
+            and (held_by[jobs[x].user] - sum(placement[x].values())) / weight[jobs[x].user] >= mine / weight[u] - 1e-9
         ]
 
     def fits() -> bool:
-        return free.get(here, 0) >= job.num_gpus if here is not None else Packer(free).fits_job(job)
+        n = held(job)
+        return (
+            free.get(here, 0) >= n if here is not None else Packer(free).fits(n, job.gpu_type, job.throughput_by_type)
+        )
 
     while not fits():
         if not newcomers:

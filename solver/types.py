@@ -48,6 +48,12 @@ class JobView:
     # iterations/s of the whole job at each GPU count it can run on, at batch_size: an elastic job may be placed
     # on any of these counts (solver/placement.py); empty: it runs on its whole num_gpus gang only
     throughput_by_gpus: Mapping[int, float] = field(default_factory=dict)
+    # the GPU counts its user declared it may run on, (min, max) (a job-spec's `gpus_range`, Slurm's `gpus=1-8`
+    # hint): only such a job is resized by the default (solver/elastic.py), on its counts of throughput_by_gpus
+    # within the range; None: a rigid job (a baseline that assumes every job elastic, Pollux, may still resize it)
+    gpus_range: tuple[int, int] | None = None
+    # the GPUs it runs on now (None: not running, or unknown): a count change of a running job is a restart
+    running_gpus: int | None = None
     # iterations/s of the whole job on num_gpus GPUs at batch_size on each GPU type it can run on (a type the cluster
     # has, with room for its gang and a profiled throughput; its requested type only, when it asked for one); the
     # reference type's is `throughput`.  Empty: unknown (placement then takes any type with room)
@@ -122,6 +128,7 @@ RULES = {
     "guard": "starvation guard: waited the bound",
     "fallback": "fallback: least attained service first",
     "kept": "kept running: preempting it would not pay",
+    "elastic": "idle GPUs lent to an elastic job beyond its asked count (solver/elastic.py)",
     "policy": "the policy's own rule",
 }
 
@@ -145,6 +152,8 @@ class JobPlan:
     overdue: bool = False  # waited the starvation bound: the guard puts it first
     reason: str = ""  # one human line (controller/reasons.py)
     expected_start: float | None = None  # view clock seconds; None = not in the planned window
+    gpus: int | None = None  # an elastic job's count this round when not its asked one (solver/elastic.py)
+    resize: str = ""  # why it runs on that count (one human line); "" = on its asked count
 
 
 @dataclass(frozen=True)

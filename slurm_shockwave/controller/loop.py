@@ -12,6 +12,11 @@ goes through the preemption gate (solver/preemption.py) before it is annotated: 
 would not pay keeps its GPUs (rule "kept").  Preemptions are counted either way (`preemptions`: preempted,
 kept, wasted), so a simulation without the gate reports what it wastes.
 
+For a policy that sizes elastic jobs (`Policy.sizes_elastic_jobs`, the default) and with `preemption_cost_s` set, the
+gated decision's elastic jobs get their counts (solver/elastic.py: idle GPUs lent, given back when the queue grows,
+a change only when it pays for its restarts); counted in `resizes` (grown, shrunk).  A grown gang that then fits no
+node runs on its asked count instead.
+
 On a cluster whose view lists its nodes, the gated decision is then given its nodes (solver/nodes.py): a running job
 moves only for a policy that moves running jobs (`Policy.moves_running_jobs`); moves are counted (`moves`).
 
@@ -30,7 +35,7 @@ from typing import Any
 from slurm_shockwave.backends.base import ClusterBackend, check_decision
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.record import RoundRecord
-from solver import preemption
+from solver import elastic, preemption
 from solver.market.plan import max_min_round
 from solver.nodes import assign_nodes, moved
 from solver.policies.base import Policy
@@ -77,6 +82,8 @@ class RoundLoop:
         self.rounds_per_restart = rounds_per_restart  # the gate's restart bound (solver/preemption.py)
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
         self.moves = 0  # running jobs placed on other nodes (solver/nodes.py)
+        self.resizes = {"grown": 0, "shrunk": 0}  # count changes of elastic jobs (solver/elastic.py)
+        self.last_resizes: dict[Any, elastic.Sizing] = {}
         # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.last_preemptions: dict[str, Any] = {}
         self.records: list[RoundRecord] = []
@@ -107,9 +114,7 @@ class RoundLoop:
         started = time.perf_counter()
         decision, fallback = self.decide(view)
         decision = self._gate(view, decision)
-        if view.nodes:
-            decision = assign_nodes(view, decision, getattr(self.policy, "moves_running_jobs", True))
-            self.moves += len(moved(view, decision))
+        decision = self._place(view, decision)
         elapsed = time.perf_counter() - started
         self.decide_seconds += elapsed
         if self.explain:
@@ -153,15 +158,55 @@ class RoundLoop:
             self.preemptions[key] += len(items)
         return decision
 
+    def _place(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
+        """Elastic jobs' counts (when the policy sizes them and a restart cost is known), then nodes (when the view
+        lists them): a grown gang that fits no node runs on its asked count instead."""
+        sized, self.last_resizes, costs = decision, {}, {}
+        stopping: frozenset[Any] = frozenset()
+        sizing = self.preemption_cost_s is not None and getattr(self.policy, "sizes_elastic_jobs", False)
+        if sizing:
+            costs = self.backend.preemption_costs()
+            stopping = frozenset(self.backend.stopping())
+            sized, self.last_resizes = elastic.size(view, decision, self.preemption_cost_s or 0.0, costs, stopping)
+            sized = check_decision(view, sized)
+        if view.nodes:
+            moves = getattr(self.policy, "moves_running_jobs", True)
+            placed = assign_nodes(view, sized, moves)
+            lost = frozenset(j for j in self.last_resizes if j in sized.run and j not in placed.run)
+            if lost:
+                sized, self.last_resizes = elastic.size(
+                    view, decision, self.preemption_cost_s or 0.0, costs, lost | stopping
+                )
+                sized = check_decision(view, sized)
+                placed = assign_nodes(view, sized, moves)
+            self.moves += len(moved(view, placed))
+            sized = placed
+        # a job that lost its round but runs on fewer GPUs was resized, not preempted
+        shrunk = [j for j in self.last_preemptions.get("preempted", []) if j in set(sized.run)]
+        if shrunk:
+            self.last_preemptions["preempted"] = [j for j in self.last_preemptions["preempted"] if j not in shrunk]
+            self.preemptions["preempted"] -= len(shrunk)
+            for j in shrunk:
+                if self.last_preemptions["wasted"].pop(j, None) is not None:
+                    self.preemptions["wasted"] -= 1
+        for s in self.last_resizes.values():
+            if s.after != s.before:
+                self.resizes["grown" if s.after > s.before else "shrunk"] += 1
+        return sized
+
     def _count_rules(self, view: ClusterView, decision: RoundDecision) -> None:
         contested = sum(j.num_gpus for j in view.jobs) > view.num_gpus
+        asked = {j.job_id: j.num_gpus for j in view.jobs}
         for jid in decision.run:
             plan = decision.plans.get(jid)
             rule = (plan.rule if plan is not None else "") or "policy"
-            placed = sum(decision.placement[jid].values())  # an elastic job may run on fewer GPUs
+            placed = sum(decision.placement[jid].values())  # an elastic job may run on other counts
+            lent = max(0, placed - asked[jid]) if plan is not None and plan.gpus else 0
             for scope in ("all", "contested") if contested else ("all",):
                 counts = self.gpu_rounds[scope]
-                counts[rule] = counts.get(rule, 0) + placed
+                counts[rule] = counts.get(rule, 0) + placed - lent
+                if lent:
+                    counts["elastic"] = counts.get("elastic", 0) + lent
 
     def decided_by(self) -> dict[str, dict[str, float]]:
         """{scope: {rule: share of the GPU-rounds it placed}} for scope "all" and "contested"."""

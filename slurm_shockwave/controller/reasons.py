@@ -78,6 +78,8 @@ def annotate(view: ClusterView, decision: RoundDecision, mode: str | None = None
             plan.reason,
             plan.rule == "kept",
         )
+        if planned_now and plan.resize:  # an elastic job on another count than it asked (solver/elastic.py)
+            text = f"{text}; {plan.resize}"
         rule = plan.rule or ("policy" if planned_now else "")  # a baseline: its own rule placed the job
         plans[j.job_id] = replace(plan, rule=rule, reason=text, expected_start=start, next_offset=offset)
     return replace(decision, plans=plans)

@@ -158,6 +158,8 @@ def view_from_json(d: Mapping) -> JobView:
     }
     for key in ("nodes", "allowed_nodes"):
         full[key] = tuple(map(str, full.get(key) or ()))
+    rng = full.get("gpus_range")
+    full["gpus_range"] = (int(rng[0]), int(rng[1])) if isinstance(rng, (list, tuple)) and len(rng) == 2 else None
     full["bs_history"] = tuple(b for b, n in (full.get("bs_history") or ()) for _ in range(int(n)))
     for key in ("steps_done", "total_steps", "throughput", "run_time", "arrival_time"):
         if full.get(key) is None and key in full:

@@ -30,6 +30,8 @@ class Policy:
     # False: a model of another scheduler's own decisions (the lab's Slurm models): simulated "as the controller
     # runs it", it gets the controller's early rounds but not its preemption gate
     runs_under_controller: ClassVar[bool] = True
+    # True: the round loop gives its elastic jobs (JobView.gpus_range) their counts after the gate (solver/elastic.py)
+    sizes_elastic_jobs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -78,6 +78,7 @@ class ShockwaveEDF(ShockwaveBase):
     default = True
     config: ShockwaveEDFConfig
     restate = "remaining"  # whole epochs left, the current one included (the reference's is one short)
+    sizes_elastic_jobs = True  # idle GPUs lent to elastic jobs, given back when the queue grows (solver/elastic.py)
 
     def __init__(self, config: object = None) -> None:
         super().__init__(config)

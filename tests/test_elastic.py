@@ -1,0 +1,150 @@
+"""Elastic GPU counts in the decision core (solver/elastic.py, issue 34 part 2), no Slurm: idle GPUs lent to elastic
+jobs and given back when the round needs them, fewer GPUs rather than none, every change paying for its restarts, a
+job without a range never resized; the round loop's stage, its counters and reasons; the journal keeps it all."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from slurm_shockwave.backends.base import check_decision
+from slurm_shockwave.controller.reasons import annotate
+from slurm_shockwave.journal.record import RoundRecord
+from solver.elastic import counts, horizon, pays, size
+from solver.placement import check_placement, place
+from solver.preemption import gate, held
+from solver.types import RULES, ClusterView, JobPlan, JobView, RoundDecision
+
+ROUND = 120.0
+COST = 30.0
+#: iterations/s of the whole job on 1, 2, 4, 8 GPUs: sublinear, like the reference's profiles
+SCALING = {1: 10.0, 2: 18.0, 4: 32.0, 8: 56.0}
+
+
+def jv(i, gpus=1, left_s=3600.0, elastic=True, ran=False, running=None, run_s=0.0, **kw) -> JobView:
+    """A job with `left_s` seconds of work left on its `gpus` GPUs; elastic between 1 and 8 GPUs."""
+    thr = SCALING[gpus]
+    return JobView(job_id=i, arrival_time=0.0, num_gpus=gpus, batch_size=64, epochs_done=0, total_epochs=10,
+                   samples_per_epoch=640, steps_done=0.0, total_steps=left_s * thr, throughput=thr,
+                   throughput_by_gpus=dict(SCALING), gpus_range=(1, 8) if elastic else None, ran_last_round=ran,
+                   running_gpus=running if running is not None else (gpus if ran else None), run_time=run_s, **kw)
+
+
+def decided(view: ClusterView, run, plans=None) -> RoundDecision:
+    plans = plans or {j: JobPlan(j, rule="deadline") for j in run}
+    return check_decision(view, RoundDecision(run=tuple(run), plans=plans, window_rounds=20))
+
+
+def sized(view, run, plans=None, **kw):
+    d, out = size(view, decided(view, run, plans), COST, **kw)
+    check_placement(view, d)  # every count a profiled one within capacity, on one type
+    return d, out
+
+
+def gpus(d: RoundDecision, jid) -> int:
+    return sum(d.placement[jid].values())
+
+
+def test_counts_and_the_payoff_rule():
+    assert counts(jv(1, gpus=2)) == [1, 2, 4, 8]
+    assert counts(jv(1, elastic=False)) == []  # a job without a range is never resized
+    narrow = replace(jv(1, gpus=2), gpus_range=(2, 4))
+    assert counts(narrow) == [2, 4]  # within its range only
+    bad = replace(jv(1), throughput_by_gpus={2: math.nan, 4: -1.0, 8: 56.0})
+    assert counts(bad) == [1, 8]  # a non-finite or non-positive throughput is no count
+    assert pays(61.0, COST, running=True) and not pays(59.0, COST, running=True)  # the change and the way back
+    assert pays(31.0, COST, running=False) and not pays(29.0, COST, running=False)  # starting: the way back only
+
+
+def test_idle_gpus_go_to_an_elastic_job_and_never_to_a_rigid_one():
+    view = ClusterView(0.0, 0, ROUND, 16, (jv("e"), jv("r", elastic=False)))
+    d, out = sized(view, ["e", "r"])
+    assert gpus(d, "r") == 1  # rigid: its own count, though 14 GPUs idle and its throughput per count is listed
+    assert gpus(d, "e") == 8 and out["e"].before == 1 and out["e"].after == 8
+    assert d.plans["e"].gpus == 8
+    assert d.plans["e"].resize == "8 GPUs (asked 1): idle capacity; back to 1 when the queue grows"
+    assert d.plans["e"].rule == "deadline"  # the policy's rule placed it; the lent GPUs are counted apart
+    assert "elastic" in RULES
+
+
+def test_spreading_gives_the_next_gpus_where_they_speed_up_most():
+    """Two elastic jobs and 6 GPUs: each one's first step (1 -> 2: +0.8 of its speed per GPU) before either one's
+    second (2 -> 4: +0.39 per GPU)."""
+    view = ClusterView(0.0, 0, ROUND, 6, (jv("a"), jv("b")))
+    d, _ = sized(view, ["a", "b"])
+    assert sorted([gpus(d, "a"), gpus(d, "b")]) == [2, 4]  # 1+1 -> 2+2 (0.8 per GPU each) -> one to 4 (0.39)
+
+
+def test_grown_jobs_give_gpus_back_when_the_round_needs_them():
+    """A job that ran on 8 (asked 2) and a rigid newcomer of 4 on 8 GPUs: it goes down one step, to 4."""
+    view = ClusterView(0.0, 5, ROUND, 8, (jv("e", gpus=2, ran=True, running=8, run_s=3000.0),
+                                          jv("n", gpus=4, elastic=False)))
+    d, out = sized(view, ["e", "n"])
+    assert gpus(d, "n") == 4 and gpus(d, "e") == 4
+    assert (out["e"].before, out["e"].after) == (8, 4)
+    # with room, it keeps its count (no restart)
+    view = ClusterView(0.0, 5, ROUND, 16, view.jobs)
+    d, out = sized(view, ["e", "n"])
+    assert gpus(d, "e") == 8 and out["e"].before == out["e"].after == 8
+
+
+def test_a_change_must_pay_for_its_restarts():
+    # 40 s of work left on 1 GPU: 8 GPUs would save 33 s; starting, that pays one restart (30 s), running not two
+    assert gpus(sized(ClusterView(0.0, 0, ROUND, 8, (jv("s", left_s=40.0),)), ["s"])[0], "s") > 1
+    running = ClusterView(0.0, 9, ROUND, 8, (jv("s", left_s=40.0, ran=True, run_s=5000.0),))
+    d, out = sized(running, ["s"])
+    assert gpus(d, "s") == 1 and not out
+    # the loan's horizon: a waiting job planned next round bounds what a running job's growth saves (1 -> 8 on one
+    # round: 120 s x (5.6 - 1) = 552 s, less than two restarts of 300 s); planned later, it pays
+    jobs = (jv("r", left_s=10000.0, ran=True, run_s=5000.0), jv("w", gpus=8, elastic=False))
+    view = ClusterView(0.0, 9, ROUND, 8, jobs)
+    for offset, expected in ((1, 1), (2, 8)):
+        plans = {"r": JobPlan("r", rule="deadline"), "w": JobPlan("w", next_offset=offset)}
+        d = decided(view, ["r"], plans)
+        assert horizon(view, d) == offset * ROUND
+        assert gpus(size(view, d, COST, {"r": 300.0})[0], "r") == expected
+
+
+def test_fewer_gpus_rather_than_none():
+    """An elastic job of 4 that does not fit the 2 idle GPUs runs on 2 (rule "elastic"); a rigid one waits."""
+    jobs = (jv("big", gpus=4, elastic=False), jv("r", gpus=2, elastic=False), jv("w", gpus=4), jv("x", gpus=4,
+            elastic=False))
+    view = ClusterView(0.0, 3, ROUND, 8, jobs)
+    plans = {"big": JobPlan("big", rule="deadline"), "r": JobPlan("r", rule="deadline"),
+             "w": JobPlan("w", next_offset=3), "x": JobPlan("x", next_offset=2)}
+    d, out = size(view, decided(view, ["big", "r"], plans), COST)
+    check_placement(view, d)
+    assert "x" not in d.run and gpus(d, "w") == 2 and d.plans["w"].rule == "elastic"
+    assert d.plans["w"].resize.startswith("2 GPUs (asked 4): on idle GPUs rather than none")
+    # a job whose preemption is under way is left alone
+    d, _ = size(view, decided(view, ["big", "r"], plans), COST, fixed=frozenset({"w"}))
+    assert "w" not in d.run
+
+
+def test_a_kept_job_that_ran_small_keeps_its_few_gpus():
+    j = jv("k", gpus=4, ran=True, running=2, run_s=100.0, left_s=5000.0)
+    assert held(j) == 2 and held(jv("g", gpus=2, ran=True, running=8)) == 2 and held(jv("r", elastic=False)) == 1
+    view = ClusterView(0.0, 3, ROUND, 4, (j, jv("n", gpus=2, elastic=False)))
+    d = decided(view, ["n"], {"n": JobPlan("n", rule="deadline"), "k": JobPlan("k", next_offset=5)})
+    g, _ = gate(view, d, {}, COST)  # the restart bound keeps it (100 s of run)
+    assert g.plans["k"].rule == "kept" and gpus(g, "k") == 2 and gpus(g, "n") == 2
+
+
+def test_annotated_reason_and_journal_round_trip():
+    view = ClusterView(0.0, 0, ROUND, 8, (jv("e"),))
+    d, _ = sized(view, ["e"])
+    d = annotate(view, d, "authoritative")
+    assert d.plans["e"].reason.endswith("; 8 GPUs (asked 1): idle capacity; back to 1 when the queue grows")
+    back = RoundRecord.from_json(RoundRecord(view, d, 0.0, False, "shockwave-edf").to_json())
+    assert back.view.jobs[0].gpus_range == (1, 8) and back.decision.plans["e"].gpus == 8
+    assert back.decision.placement["e"] == d.placement["e"]
+
+
+def test_placement_refuses_an_unprofiled_count():
+    view = ClusterView(0.0, 0, ROUND, 8, (jv("e"),))
+    bad = RoundDecision(run=("e",), placement={"e": {"gpu": 3}})
+    with pytest.raises(ValueError, match="elastic"):
+        check_placement(view, bad)
+    assert place(view, ["e"]) == {"e": {"gpu": 1}}  # the plain placement: its asked count
