@@ -136,8 +136,9 @@ def percentile(values, q: float) -> float:
 
 
 def lower_bound(jobs, num_gpus: int) -> float:
-    """Physical lower bound of the makespan.  `jobs`: (arrival s, exclusive run time s, GPUs) per job."""
-    jobs = sorted((float(a), float(x), int(g)) for a, x, g in jobs)
+    """Physical lower bound of the makespan.  `jobs`: (arrival s, exclusive run time s, GPUs) per job (an elastic
+    job: its fastest time, and GPUs such that their product is its least GPU-seconds: simulate._elastic_bound)."""
+    jobs = sorted((float(a), float(x), float(g)) for a, x, g in jobs)
     if not jobs:
         return 0.0
     start = jobs[0][0]

@@ -3,7 +3,7 @@ simulated cluster (`shockwave simulate`, the study, the replay's and the demo's 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shockwave_lab.data_files import bundled_profile_for
@@ -65,12 +65,45 @@ def workload_lower_bound(jobs, throughputs, num_gpus: int, cluster=None) -> floa
     denominator) and the one under the schedule the simulator applies (they differ for Accordion jobs: the
     reference's profile forces the first 30% of epochs critical, its simulator does not), so it is a lower
     bound in this simulator too.  On a cluster of several types (`cluster`: the SimulatedCluster) both are on the
-    job's reference type, its fastest: no type does the work sooner."""
+    job's reference type, its fastest: no type does the work sooner.  An elastic job: `_elastic_bound`."""
+    def table_for(j):
+        if cluster is None or not gpu_types.typed(cluster.capacity):
+            return throughputs
+        return cluster.tables[cluster.reference_types[j.job_id]]
+
     def simulated(j):
         if cluster is None or not gpu_types.typed(cluster.capacity):
             return profiles.isolated_runtime(j, throughputs)
         return gpu_types.schedule_time(j, cluster.tables[cluster.reference_types[j.job_id]])
-    return lower_bound([(j.arrival_time, min(j.isolated_runtime, simulated(j)), j.num_gpus) for j in jobs], num_gpus)
+    return lower_bound([_elastic_bound(j, min(j.isolated_runtime, simulated(j)), table_for(j)) for j in jobs],
+                       num_gpus)
+
+
+def _elastic_bound(job, exclusive: float, table) -> tuple[float, float, float]:
+    """(arrival, exclusive time, GPUs) for metrics.lower_bound: a rigid job's on its own count; an elastic job's
+    fastest time (each epoch of its schedule on its fastest count of the range) with the least GPU-seconds (each epoch
+    on its cheapest count) as the product of the pair, both scaled by `exclusive` over its own count's time."""
+    if job.gpus_range is None:
+        return job.arrival_time, exclusive, job.num_gpus
+    lo, hi = job.gpus_range
+    fast = work = own = 0.0
+    for bs in profiles.schedule_of(job):
+        at = {n: job.samples / bs / thr for n, thr in table.gpu_counts(job.model, bs).items()
+              if (lo <= n <= hi or n == job.num_gpus) and thr}
+        if job.num_gpus not in at:
+            return job.arrival_time, exclusive, job.num_gpus
+        own += at[job.num_gpus]
+        fast += min(at.values())
+        work += min(t * n for n, t in at.items())
+    scale = exclusive / own if own > 0 else 1.0
+    return job.arrival_time, fast * scale, work / fast if fast > 0 else job.num_gpus
+
+
+def elastic_jobs(jobs, up_to: int) -> list:
+    """Every job elastic from 1 GPU up to `up_to` GPUs (its own count, when larger), its global batch size kept."""
+    if up_to < 1:
+        raise ValueError(f"elastic: the largest count must be at least 1, got {up_to}")
+    return [replace(j, gpus_range=(1, max(int(up_to), j.num_gpus))) for j in jobs]
 
 
 #: How the round loop runs a policy (`shockwave simulate --semantics`, the study's runs):
@@ -104,7 +137,7 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
                    restart_penalty: float = 20.0, gpus_per_node: int | None = None,
                    early_rounds: tuple[float, float] | None = None, preemption_cost_s: float | None = None,
                    mode: str | None = None, semantics: str | None = None,
-                   rounds_per_restart: int | None = None) -> SimResult:
+                   rounds_per_restart: int | None = None, elastic: int | None = None) -> SimResult:
     """`workload`: a file (load_workload) or a list of JobSpecs; `num_gpus`: a number (one untyped pool) or {GPU
     type: count} (workload/gpu_types.py: `throughputs` is then the file, or {type: table} with the v100 column);
     `gpus_per_node`: each gang on one node of that many GPUs (None: each type one pool, as the reference);
@@ -112,7 +145,7 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     reference's rounds); `preemption_cost_s`: the controller's preemption gate at that cost (None: no gate, the
     reference's semantics); `rounds_per_restart`: the gate's restart bound (None: solver.preemption's); `mode`: how
     a running job's reason reads (RoundLoop); `semantics`: one of SEMANTICS, which sets those four (with none of
-    them given)."""
+    them given); `elastic`: every job elastic from 1 GPU up to that many (or its own count, when larger): `elastic_jobs`."""
     if semantics is not None:
         if any(x is not None for x in (early_rounds, preemption_cost_s, mode, rounds_per_restart)):
             raise ValueError("semantics sets early_rounds, preemption_cost_s, rounds_per_restart and mode: give either")
@@ -127,6 +160,8 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
         raise WorkloadError("--gpus", 0, "gpus", f"must be positive, got {dict(capacity)}")
     table, tables = gpu_types.tables_for(throughputs, capacity)
     jobs = workload if isinstance(workload, list) else load_workload(workload, table, num_gpus, profile)
+    if elastic is not None:
+        jobs = elastic_jobs(jobs, elastic)
     if gpu_types.typed(capacity):
         jobs = gpu_types.retype(jobs, table, tables, capacity)
     load_policy_plugins()

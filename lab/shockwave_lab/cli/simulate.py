@@ -50,6 +50,10 @@ class _SimulateCommand(click.Command):
                    "a job ends while another waits; a running job is preempted only when that pays for its "
                    "preemption cost). reference: the reference simulator's fixed rounds, every preemption the plan "
                    "makes (reproducing the paper's numbers).")
+@click.option("--elastic", type=click.IntRange(1, 100000), default=None, metavar="N",
+              help="Make every job elastic from 1 GPU up to N (or its own count, when larger), its global batch size "
+                   "kept: the default then lends idle GPUs (solver/elastic.py). Default: the workload's own ranges "
+                   "(a job spec's gpus_range).")
 @click.option("--profile", type=click.Path(dir_okay=False), default=None,
               help="Job profile (ground-truth batch-size schedules); bundled ones are found automatically.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
@@ -57,7 +61,7 @@ class _SimulateCommand(click.Command):
               help="Also write the full results (per job, utilisation timeline) as JSON here.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def simulate(workload, throughputs, gpus, gpus_per_node, experiment, policy_name, config, round_length, semantics,
-             profile, as_json, output, progress):
+             elastic, profile, as_json, output, progress):
     """Simulate POLICY on a workload and print the paper's metrics."""
     from solver.policies import default_policy, policy_class, policy_names
 
@@ -85,7 +89,7 @@ def simulate(workload, throughputs, gpus, gpus_per_node, experiment, policy_name
         try:
             results[name] = run_simulation(workload, throughputs, gpus, name, round_length, settings.get(name),
                                            profile, on_round=_progress(name, progress, as_json),
-                                           gpus_per_node=gpus_per_node, semantics=semantics)
+                                           gpus_per_node=gpus_per_node, semantics=semantics, elastic=elastic)
         except (WorkloadError, ValueError) as e:
             raise OneLineError(str(e)) from None
     _finish_progress()
@@ -93,7 +97,7 @@ def simulate(workload, throughputs, gpus, gpus_per_node, experiment, policy_name
     reference = _reference_rows(workload, gpus, round_length) if semantics == "reference" else {}
     if output:
         Path(output).write_text(dumps({"workload": str(workload), "gpus": gpus, "round_length": round_length,
-                                            "semantics": semantics,
+                                            "semantics": semantics, "elastic": elastic,
                                             "results": {n: r.to_json() for n, r in results.items()},
                                             "reference": reference}, indent=1, default=str))
     if as_json:

@@ -10,8 +10,11 @@ every epoch done, checked after the batch-size change; or run time over 1.5 x ex
 reference's deadline guard), sets the adaptation flags for
 the next round and admits the jobs that arrived by then.
 
-Elastic GPU counts (for Pollux): every job's view lists its throughput at each profiled GPU count at its current
-batch size (`JobView.throughput_by_gpus`, from the throughput table, counts up to the cluster's size).  A job
+Elastic GPU counts: a job that declares a range (`JobSpec.gpus_range`, `shockwave simulate --elastic N`) lists its
+throughput at each profiled GPU count within it at its current batch size (`JobView.throughput_by_gpus`, from the
+throughput table, counts up to the cluster's size), and its view carries the range (`JobView.gpus_range`, which the
+default resizes) and the count it ran on (`running_gpus`); in a workload where no job declares one, every job lists
+every profiled count (Pollux's premise) without a range, and in one where some do, the others list none.  A job
 placed on another count than it asked for runs at that count's throughput; a change of count is a restart (the
 restart penalty, as a job that did not run the round before); the deadline guard counts its run time at its
 requested gang's pace; the metrics keep its requested GPUs (JobRecord.num_gpus).  A job placed on its gang runs
@@ -81,6 +84,9 @@ class SimulatedCluster(ClusterBackend):
             raise ValueError(f"num_gpus must be positive, got {num_gpus}")
         self.tables = dict(throughputs) if isinstance(throughputs, Mapping) else {GPU: throughputs}
         self.reference_types = {j.job_id: reference_type(j, self.tables, self.capacity) for j in jobs}
+        # a workload that declares elastic jobs is taken at its word: only they list other counts; one that declares
+        # none lists every job's (Pollux's premise: every job is elastic; the default resizes only declared ones)
+        self._declared = any(j.gpus_range is not None for j in jobs)
         too_big = [j.job_id for j in jobs if j.num_gpus > max(self.capacity.values())]
         if too_big:
             raise ValueError(f"jobs {too_big[:5]} ask for more GPUs than the cluster has ({num_gpus})"
@@ -266,9 +272,14 @@ class SimulatedCluster(ClusterBackend):
         return cluster_gpus(job.spec, self.tables, self.capacity, job.ref_type)
 
     def _gpu_counts(self, job: SimJob) -> dict[int, float]:
-        key = (job.spec.model, job.bs, job.ref_type, tuple(self._types(job)))
+        rng = job.spec.gpus_range
+        if rng is None and self._declared:
+            return {}
+        key = (job.spec.model, job.bs, job.ref_type, tuple(self._types(job)), rng)
         if key not in self._counts_cache:
             counts = self.tables[job.ref_type].gpu_counts(job.spec.model, job.bs)
+            if rng is not None:
+                counts = {n: thr for n, thr in counts.items() if rng[0] <= n <= rng[1]}
             room = max(self.capacity[t] for t in self._types(job))
             self._counts_cache[key] = {n: thr for n, thr in counts.items() if n <= room and all(
                 self.tables[t].get(job.spec.model, job.bs, n) for t in self._types(job))}
@@ -280,7 +291,7 @@ class SimulatedCluster(ClusterBackend):
             return JobView(job_id=s.job_id, arrival_time=s.arrival_time, num_gpus=s.num_gpus, batch_size=job.bs,
                            epochs_done=0, total_epochs=0, samples_per_epoch=s.samples, steps_done=0,
                            total_steps=0, throughput=job.throughput, throughput_by_gpus=self._gpu_counts(job),
-                           throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
+                           throughput_by_type=self._by_type(job), gpu_type=s.gpu_type, gpus_range=s.gpus_range)
         return JobView(
             job_id=s.job_id, arrival_time=s.arrival_time, num_gpus=s.num_gpus, batch_size=job.bs,
             epochs_done=job.epochs_done, total_epochs=s.num_epochs, samples_per_epoch=s.samples,
@@ -290,6 +301,8 @@ class SimulatedCluster(ClusterBackend):
             min_batch_size=s.initial_bs, max_batch_size=job.max_bs,
             ran_last_round=s.job_id in self._prev_gpus, run_time=job.run_time, restarts=job.restarts,
             running_type=self._prev_gpus[s.job_id][0] if s.job_id in self._prev_gpus else None,
+            running_gpus=self._prev_gpus[s.job_id][1] if s.job_id in self._prev_gpus else None,
+            gpus_range=s.gpus_range,
             nodes=self._prev_nodes.get(s.job_id, ()),
             throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
 

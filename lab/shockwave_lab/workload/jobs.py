@@ -32,6 +32,8 @@ class JobSpec:
     extra: dict = field(default_factory=dict, compare=False)
     gpu_type: str | None = None   # the GPU type the job asked for (None: any type it can run on)
     preemptible: bool | None = None   # the source says it may (True) / may not (False) be preempted; None: unknown
+    # elastic: the GPU counts (min, max) it may run on, its global batch size kept (None: it runs on num_gpus only)
+    gpus_range: tuple[int, int] | None = None
 
     @property
     def declared_max_bs(self) -> int:

@@ -11,6 +11,7 @@ Accepted files:
 Fields per job (required: model, batch_size, and one of epochs/total_steps):
   id, arrival (s, default 0), model, batch_size, gpus (default 1), mode (static|gns|accordion),
   epochs | total_steps, samples_per_epoch, user, account, weight (> 0), max_batch_size, gpu_type, preemptible,
+  gpus_range = [min, max]                (elastic: the GPU counts it may run on; gpus within them),
   gns_schedule = [[bs, n_epochs], ...]   (GNS: run-length target batch size per epoch),
   critical_epochs = [[start, stop), ...] (Accordion: epochs in the critical, small-batch regime).
 """
@@ -86,6 +87,7 @@ class JobEntry(BaseModel):
     critical_epochs: list[Pair[NonNegInt]] | None = None                    # [[start, stop), ...]
     gpu_type: str | None = Field(None, min_length=1, max_length=100)        # e.g. "v100" (None: any type)
     preemptible: bool | None = None                                         # may be preempted (None: unknown)
+    gpus_range: Pair[PosInt] | None = None                                  # elastic: [min, max] GPUs
 
 
 def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
@@ -106,6 +108,10 @@ def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
         raise err("model", f"unknown model {model!r} (give samples_per_epoch for a new model)")
     if num_gpus is not None and gpus > num_gpus:
         raise err("gpus", f"asks for {gpus} GPUs but the cluster has {num_gpus}")
+    if e.gpus_range is not None and not e.gpus_range[0] <= gpus <= e.gpus_range[1]:
+        raise err("gpus_range", f"must hold gpus = {gpus} (min <= gpus <= max), got {e.gpus_range}")
+    if num_gpus is not None and e.gpus_range is not None and e.gpus_range[1] > num_gpus:
+        raise err("gpus_range", f"goes up to {e.gpus_range[1]} GPUs but the cluster has {num_gpus}")
     samples = e.samples_per_epoch or DATASET_SIZE[model]
     if e.total_steps is not None:
         total_steps = e.total_steps
@@ -131,4 +137,5 @@ def _job(path, where, raw, index, num_gpus, throughputs) -> JobSpec:
                    num_gpus=gpus, mode=e.mode, total_steps=total_steps, samples_per_epoch=samples, user=e.user,
                    account=e.account if e.account is not None else e.user, weight=e.weight, gns_schedule=gns,
                    accordion_critical=critical, max_bs=max_bs, gpu_type=e.gpu_type,
-                   preemptible=e.preemptible)
+                   preemptible=e.preemptible,
+                   gpus_range=tuple(e.gpus_range) if e.gpus_range is not None else None)
