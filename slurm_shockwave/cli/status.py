@@ -194,7 +194,7 @@ def _print_status(summary, rows):
         t.add_row(
             esc(r["job_id"]),
             esc(r["user"]),
-            str(r["gpus"]),
+            str(r["gpus"]) + (f" (asked {r['gpus_base']})" if r.get("gpus_base") else ""),
             *kind,
             esc(r["state"]),
             str(r.get("position") or "-"),

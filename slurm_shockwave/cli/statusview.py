@@ -58,7 +58,8 @@ def _row_from_record(rec, v) -> dict:
         "job_id": str(v.job_id),
         "user": v.user,
         "account": v.account,
-        "gpus": v.num_gpus,
+        "gpus": v.running_gpus if running and v.running_gpus else v.num_gpus,  # an elastic job's: its count now
+        "gpus_base": v.num_gpus if running and v.running_gpus not in (None, v.num_gpus) else None,
         "state": ctx.slurm_state or "?",
         "batch_size": v.batch_size,
         "epochs_done": v.epochs_done,

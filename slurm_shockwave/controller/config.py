@@ -225,6 +225,13 @@ class ControllerConfig(_Strict):
                                     description="authoritative: a job is preempted at most once per this many rounds "
                                                 "of the time it has run (10: 3 per hour at 120 s rounds; a job is "
                                                 "first preempted after 10 rounds of run); 0 = no bound")
+    elastic_speedup_exponent: float = Field(0.7, gt=0, le=1,
+                                            description="an elastic job's (hint gpus=MIN-MAX) throughput at a "
+                                                        "GPU count it has not run on: its throughput at a count "
+                                                        "it ran on (or its base count) times (count / that count) "
+                                                        "** this; 0.7 is below the median 1->8 GPU scaling at a "
+                                                        "fixed batch of the reference's throughputs (0.87, 0.89), "
+                                                        "about their lower quartile (0.58, 0.73)")
     preempt_signal: str = Field("USR1", description="the checkpoint signal (the job templates catch USR1; USR2, "
                                                     "TERM, INT, ...; never KILL)")
     site_factor: int = Field(1_000_000, ge=1, le=2147483645,

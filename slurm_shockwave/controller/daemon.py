@@ -323,7 +323,12 @@ class Controller:
         if decision.path == "fallback":
             m.fallbacks.labels("solver").inc()
         m.gpus_capacity.set(view.num_gpus)
-        m.gpus_planned.set(sum(gpus.get(j, 0) for j in decision.run))
+        # the placed counts (an elastic job may run on other than it asked), else the asked ones
+        m.gpus_planned.set(
+            sum(
+                sum(decision.placement[j].values()) if j in decision.placement else gpus.get(j, 0) for j in decision.run
+            )
+        )
         m.gpus_used.set(busy)
         states = {"running": 0, "pending": 0}
         for j in view.jobs:

@@ -71,6 +71,9 @@ class ControllerMetrics:
                                    "sent), kept (the gate kept a job running: preempting it would not pay), wasted "
                                    "(and why: wasted_last_round, wasted_restarted_early); target: wasted 0",
                                    ["outcome"], registry=r)
+        self.resizes = Counter("shockwave_resizes", "GPU count changes of elastic jobs by outcome: started (its first "
+                               "step enacted), done (running at its new count), wasted (changed again before it ran "
+                               "a round at its count); target: wasted 0", ["outcome"], registry=r)
         # what decides, measured (solver/types.py RULES): GPUs of this round placed by each rule, and the total
         self.rule_share = Gauge("shockwave_round_rule_share", "Share of this round's planned GPUs placed by each "
                                 "rule (market, critical_path, deadline, finishing, backfill, guard, fallback, ...)",

@@ -7,10 +7,10 @@ A failed or partial read raises (SlurmError): the daemon backs off and retries, 
 apply(): the reconcile of slurm/enact.py, journalled in the state store.
 advance(): sleeps until the next round boundary (interruptible).
 
-Managed jobs are marked by the job templates with `--comment="shockwave key=value ..."`; the optional
-keys describe the job before it has reported anything: `epochs=`, `bs=`, `min_bs=`, `max_bs=`,
-`samples=`, `epoch_s=` (expected seconds per epoch at `bs`).  With `managed_by = "partition"` every job of
-the partition is managed.  Jobs of other partitions, or without the marker, are never touched.
+Managed jobs are marked by the job templates with `--comment="shockwave key=value ..."`; the optional keys
+(slurm/hints.py) describe the job before it has reported anything, and its GPU counts (slurm/resize.py).  With
+`managed_by = "partition"` every job of the partition is managed.  Jobs of other partitions, or without the marker, are
+never touched.
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ from slurm_shockwave.slurm.enact import Enactor, Observed, held_orphans, plan_re
 from slurm_shockwave.slurm.errors import SlurmError
 from slurm_shockwave.slurm.fairshare_round import FairShareRound
 from slurm_shockwave.slurm.gpu_types import GpuTypes
-from slurm_shockwave.slurm.hints import HintError, parse_hints
+from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
 from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
 from slurm_shockwave.slurm.preemptions import PreemptionLog
+from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
 from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
@@ -89,6 +90,7 @@ class SlurmBackend(ServiceBackend):
         self.fairshare = FairShareRound(cli)  # market budgets from Slurm's shares and usage (fairshare_round.py)
         self.types = GpuTypes(state)  # capacity per GPU type, pins, steering (gpu_types.py)
         self.pins = NodePins(state)  # GPUs per node, where jobs run, node pins and moves (nodes.py)
+        self.elastic = Elastic(state, metrics)  # elastic jobs' base counts, counts and resizes (resize.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -150,6 +152,7 @@ class SlurmBackend(ServiceBackend):
             problem = job.problem
             try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
                 hints = parse_hints(job.comment, self.cfg.marker, self._partition_gpus or None)
+                check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1))
                 marker = None if hints is None else hints.as_dict()
             except HintError as e:
                 marker, problem = None, problem or f"invalid hints: {e}"
@@ -176,18 +179,19 @@ class SlurmBackend(ServiceBackend):
         self._round_started = begun
         self._bad = {}
         self._ac = admin_comments(jobs)  # our ownership marks (slurm/ownership.py)
+        # the partition's GPUs bound the hints (is_managed): this round's, also in the first round
+        self._partition_gpus = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}
         self._quarantine(bad, now)
-        partition_gpus = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
         # GPUs held by jobs we do not manage (other users' plain jobs in the partition) are not ours to plan
         managed_ids = {j.job_id for j, _ in managed}
-        self._partition_gpus = partition_gpus
         self._unmanaged = jobview.unmanaged(jobs, managed_ids, self.cfg.partition, now)
         capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {type: GPUs}, less unmanaged
         by_node = self.pins.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {node: (type, GPUs)}, the same
         capacity = self.pins.capacity() if by_node else capacity
+        self.elastic.observe(jobs, nodes, self.cfg.partition, now, self.round_length)
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
         self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
@@ -264,9 +268,8 @@ class SlurmBackend(ServiceBackend):
         now = self.clock()
         assigned = assigned_nodes(decision)
         moves = self.pins.moves(assigned, run) if self.cfg.mode == "authoritative" else {}
-        self.preemptions.kept(
-            sum(1 for j in decision.run if (decision.plans.get(j) is not None and decision.plans[j].rule == "kept"))
-        )
+        self.preemptions.kept(sum(1 for j in decision.run if getattr(decision.plans.get(j), "rule", "") == "kept"))
+        self.elastic.prepare(decision, run, self._observed, self.enactor, self.round_index, self._restarts)
         actions = reconcile(
             list(self._observed.values()),
             run,
@@ -289,7 +292,7 @@ class SlurmBackend(ServiceBackend):
             decision.placement,
             run,
             self.cli.slurm_version,
-            {j: ob.wanted_gpus for j, ob in self._observed.items() if ob.wanted_gpus and ob.wanted_gpus != ob.gpus},
+            per_node_wanted(self._observed),
         ) + self.pins.pins(assigned, run)
 
         def done(action):
@@ -309,7 +312,8 @@ class SlurmBackend(ServiceBackend):
         wait = restart_gap(actions, self._pending_since, self.clock)  # at most one short wait per round
         if wait > 0:
             self.sleep(wait)
-        self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
+        results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
+        self.elastic.enacted(results, now, self.round_length)
         for j in list(self.signalled):
             ob = self._observed.get(j)
             if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus and j not in moves):
@@ -391,6 +395,6 @@ class SlurmBackend(ServiceBackend):
             preempt_signal=self.cfg.preempt_signal,
         )
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
-        return replace(
-            view, nodes=self.pins.running_on(j) if j.state == "RUNNING" else (), allowed_nodes=self.pins.user_nodes(j)
-        )
+        nodes = self.pins.running_on(j) if j.state == "RUNNING" else ()
+        view = replace(view, nodes=nodes, allowed_nodes=self.pins.user_nodes(j))
+        return self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent)

@@ -14,12 +14,13 @@ authoritative: additionally a running job that lost its round is held (marked fi
     is requeued held (`scontrol requeuehold`).  It is released when a later round plans it again.
     A requeue is journalled with the job's restart count, so a crash after issuing it never requeues the
     job a second time.
-A job whose GPU request changed (its latest event reports another GPU count) is updated while pending; a
-running one is, in authoritative mode, checkpointed and requeued first (then updated while pending).  On a cluster
-of several GPU types a planned pending job is first steered to the type its round placed it on (slurm/gpu_types.py:
-`place_tres` on Slurm 23.11+, `place_features` before), never one whose user asked for a type; and pinned to the
-nodes its round gave it (slurm/nodes.py: `place_nodes`), never one whose user asked for nodes.  In authoritative mode
-a running job the round moves to other nodes is preempted like one that lost its round (`moves`).
+A job whose GPU request changed (its latest event reports another GPU count; an elastic job: its round runs it on
+another count, slurm/resize.py) is updated while pending; a running one is, in authoritative mode, checkpointed and
+requeued first (then updated while pending).  On a cluster of several GPU types a planned pending job is first steered
+to the type its round placed it on (slurm/gpu_types.py: `place_tres` on Slurm 23.11+, `place_features` before), never
+one whose user asked for a type; and pinned to the nodes its round gave it (slurm/nodes.py: `place_nodes`), never one
+whose user asked for nodes.  In authoritative mode a running job the round moves to other nodes is preempted like one
+that lost its round (`moves`).
 
 Ownership of holds (slurm/ownership.py): a job is marked in its AdminComment before the controller
 holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
@@ -83,13 +84,14 @@ class Observed:
     restart_count: int
     site_factor: int | None
     gpus: int
-    wanted_gpus: int | None = None  # from the job's events, when it asked for another GPU count
+    wanted_gpus: int | None = None  # its events ask for another GPU count; an elastic job: its round's (resize.py)
     running_for: float | None = None  # seconds since it (re)started, while running
     admin_comment: str = ""  # as Slurm shows it (our mark lives there, see ownership.py)
     mark: str | None = None  # status of our mark ("held") or None: is the hold ours?
     run_reported: bool = True  # the wrapper of this run reported its start (its handlers are up)
     gpu_type: str | None = None  # the GPU type its user asked for (kept when its GPU count is updated)
     signal: str | None = None  # its own checkpoint signal (``B:USR1``: batch shell, ``USR2``: its steps); None: ours
+    wanted_nodes: int | None = None  # an elastic job's nodes at `wanted_gpus` (all of them, ``NumNodes=k-k``)
 
 
 def held_orphans(
@@ -152,7 +154,7 @@ def reconcile(
         ours = j.mark == "held"
         if j.state == "PENDING":
             if j.wanted_gpus and j.wanted_gpus != j.gpus:
-                add(Verb.UPDATE_GPUS, j.job_id, f"{j.gpu_type}:{j.wanted_gpus}" if j.gpu_type else j.wanted_gpus)
+                add(Verb.UPDATE_GPUS, j.job_id, _gpu_request(j))
             if planned:
                 if ours:
                     add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
@@ -217,6 +219,13 @@ def reconcile(
         Action(verb, tuple(sorted(ids)), value)
         for (verb, value), ids in sorted(by_verb.items(), key=lambda kv: (order.index(kv[0][0]), str(kv[0][1])))
     ]
+
+
+def _gpu_request(j: Observed):
+    """An update_gpus value: ``[type:]N`` GPUs per node, ``/k`` on k nodes for an elastic job (resize.py)."""
+    per_node = j.wanted_gpus // j.wanted_nodes if j.wanted_nodes and j.wanted_gpus else j.wanted_gpus
+    spec = f"{j.gpu_type}:{per_node}" if j.gpu_type else per_node
+    return f"{spec}/{j.wanted_nodes}" if j.wanted_nodes else spec
 
 
 def plan_reasons(decision) -> dict:
@@ -363,8 +372,11 @@ class Enactor:
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
-        elif a.verb == Verb.UPDATE_GPUS:
-            self.cli.scontrol_update(ids, TresPerNode=f"gres:gpu:{a.value}")
+        elif a.verb == Verb.UPDATE_GPUS:  # ``N``, ``type:N``; ``N/k``: N per node on k nodes (22.05, 24.11, 26.05)
+            spec, _, nodes = str(a.value).partition("/")
+            self.cli.scontrol_update(
+                ids, TresPerNode=f"gres:gpu:{spec}", **({"NumNodes": f"{nodes}-{nodes}"} if nodes else {})
+            )
         elif a.verb == Verb.PLACE_TRES:  # a pending job to the GPU type its round placed it on (gpu_types.py)
             self.cli.scontrol_update(ids, TresPerNode=a.value)
         elif a.verb == Verb.PLACE_FEATURES:  # the same on Slurm < 23.11: the nodes carry their type as a Feature

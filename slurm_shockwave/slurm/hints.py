@@ -15,7 +15,10 @@ code is standard library only; pydantic and the package's error wording are impo
 
 Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..10^12 (samples per epoch),
 ``epoch_s`` (seconds per epoch at ``bs``) 10^-3..10^7 (a positive but subnormal value such as 1e-320 would make
-the job's throughput infinite), ``gpus`` 1..the partition's GPUs, ``signal`` the job's checkpoint signal as in
+the job's throughput infinite), ``gpus`` 1..the partition's GPUs, or a range ``gpus=MIN-MAX`` (1 <= MIN <= MAX <=
+the partition's GPUs; `check_gpus_range`: the job's own GPU count within it): the counts the controller may run the
+job on (an elastic job, resized through checkpoint and requeue, its global batch kept; without a range a job's
+GPU count is never changed), ``signal`` the job's checkpoint signal as in
 ``sbatch --signal``: ``signal=USR2`` (to the job's steps, its srun tasks), ``signal=B:USR1`` (to the batch shell only;
 a ``@time`` is ignored), read by `checkpoint_signal`.
 """
@@ -34,6 +37,7 @@ MAX_EPOCH_S = 1e7
 INT_KEYS = ("epochs", "bs", "min_bs", "max_bs", "samples", "gpus")
 FLOAT_KEYS = ("epoch_s",)
 _ASCII_INT = re.compile(r"[0-9]{1,15}\Z", re.ASCII)
+_ASCII_RANGE = re.compile(r"([0-9]{1,15})-([0-9]{1,15})\Z", re.ASCII)
 _ASCII_FLOAT = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
 _SPLIT = re.compile(r"[\s:;,]+")
 #: ``signal=B:USR1`` holds a separator: its flags are joined to the name before the comment is split
@@ -115,6 +119,7 @@ def _model():
             samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
             epoch_s: float | None = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
             gpus: int | None = Field(None, ge=1)
+            gpus_range: tuple[int, int] | None = None  # ``gpus=MIN-MAX``
             signal: str | None = None
 
             @model_validator(mode="after")
@@ -126,6 +131,8 @@ def _model():
                     raise ValueError(f"bs={bs} is below min_bs={lo}")
                 if bs is not None and hi is not None and bs > hi:
                     raise ValueError(f"bs={bs} is above max_bs={hi}")
+                if self.gpus_range is not None and not 1 <= self.gpus_range[0] <= self.gpus_range[1]:
+                    raise ValueError("gpus={}-{}: not 1 <= MIN <= MAX".format(*self.gpus_range))
                 return self
 
             def as_dict(self) -> dict:
@@ -155,6 +162,11 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
             if values[key] is None:
                 raise HintError(f"hint signal={_short(value.replace('/', ':'))}: not a signal such as USR2 or B:USR1")
             continue
+        if key == "gpus" and (rng := _ASCII_RANGE.match(value)):
+            if "gpus" in values or "gpus_range" in values:
+                raise HintError("hint gpus given twice")
+            values["gpus_range"] = (int(rng.group(1)), int(rng.group(2)))
+            continue
         if key in INT_KEYS:
             if not _ASCII_INT.match(value):
                 raise HintError(f"hint {key}={_short(value)}: not a whole number in ASCII digits")
@@ -165,7 +177,7 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
             number = float(value)
         else:
             raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)}, signal)")
-        if key in values:
+        if key in values or (key == "gpus" and "gpus_range" in values):
             raise HintError(f"hint {key} given twice")
         values[key] = number
     from pydantic import ValidationError
@@ -179,4 +191,13 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
         raise HintError(f"hint {first}" if e.errors()[0].get("loc") else f"hints: {first}") from None
     if max_gpus is not None and hints.gpus is not None and hints.gpus > max_gpus:
         raise HintError(f"hint gpus={hints.gpus}: the partition has {max_gpus} GPU(s)")
+    if max_gpus is not None and hints.gpus_range is not None and hints.gpus_range[1] > max_gpus:
+        raise HintError("hint gpus={}-{}: the partition has {} GPU(s)".format(*hints.gpus_range, max_gpus))
     return hints
+
+
+def check_gpus_range(gpus_range, job_gpus: int) -> None:
+    """HintError unless the job's own GPU count (its request, or the count the controller gave it, always within its
+    range) lies within its declared ``gpus=MIN-MAX`` (no range: nothing to check)."""
+    if gpus_range is not None and not gpus_range[0] <= job_gpus <= gpus_range[1]:
+        raise HintError("hint gpus={}-{}: the job asks for {} GPU(s), outside its range".format(*gpus_range, job_gpus))

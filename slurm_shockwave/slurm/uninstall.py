@@ -25,7 +25,7 @@ from slurm_shockwave.slurm.commands import SlurmCLI
 from slurm_shockwave.slurm.hints import is_marked
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition
 from slurm_shockwave.slurm.nodes import journal_pins, our_pins_to_clear
-from slurm_shockwave.slurm.ownership import admin_comments, status_of, unmarked
+from slurm_shockwave.slurm.ownership import admin_comments, cleared, status_of
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -65,7 +65,7 @@ def uninstall(cfg, cli=None) -> dict:
     marked = [j for j in live if status_of(ac.get(j.job_id, "")) is not None]
     marked_ids = {j.job_id for j in marked}
     release = sorted(
-        {j.job_id for j in marked if j.held}
+        {j.job_id for j in marked if j.held and status_of(ac.get(j.job_id, "")) == "held"}  # not an elastic's base
         | {j.job_id for j in live if j.job_id in journal_held and j.held and j.job_id not in marked_ids}
     )
     managed = {
@@ -84,7 +84,7 @@ def uninstall(cfg, cli=None) -> dict:
     # clear the marks after the releases (a crash in between leaves marks, and uninstall can run again)
     by_text: dict[str, list] = {}
     for j in marked:
-        by_text.setdefault(unmarked(ac.get(j.job_id, "")), []).append(j.job_id)
+        by_text.setdefault(cleared(ac.get(j.job_id, "")), []).append(j.job_id)
     for text, ids in sorted(by_text.items()):
         cli.scontrol_update(sorted(ids), AdminComment=text)
     return {

@@ -1,0 +1,254 @@
+"""Elastic GPU counts on Slurm: a job that declares ``gpus=MIN-MAX`` (hints.py) may be run on another count than it
+asked for; its global batch stays (per-GPU batch = global / GPUs).
+
+* Its base count (`JobView.num_gpus`, its fair share is defined on it) is its count when the controller first saw it,
+  kept in its AdminComment mark (ownership.py ``base=N``), written before its first resize (`base_marks`): it survives
+  a restart of the controller and a lost state directory.
+* The counts it may run on (`JobView.throughput_by_gpus`, `counts`): those of its range that divide its global batch
+  and fit one node or whole nodes; at each, its own throughput there when it reported one at its batch size
+  (`Measured`, kept in the state), else scaled from one it reported, else from its throughput at its base count, by
+  thr(n) = thr(m) * (n / m) ** e (e: the controller's ``elastic_speedup_exponent``).
+* A count change (`wanted`) reuses the GPU-count update of enact.py: a pending job's request is updated before its
+  release (``TresPerNode=gres:gpu:<per node>`` and, on whole nodes, ``NumNodes=<k>-<k>``; one ``scontrol update`` on
+  22.05, 24.11 and 26.05 alike); a running one (authoritative mode) is first checkpointed and requeued held, as a job
+  that lost its round, then updated while pending and released.  A job without a range is never resized.
+* `ResizeLog` counts them (``shockwave_resizes_total{outcome}``): ``started`` (its first step enacted), ``done``
+  (seen running at its new count), ``wasted`` (the next change came before it ran a round at its count, or it never
+  ran at it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+
+from slurm_shockwave.journal.verbs import Verb
+from slurm_shockwave.slurm.enact import Action
+from slurm_shockwave.slurm.models import node_in_partition
+from slurm_shockwave.slurm.ownership import base_of, with_base
+from solver.types import JobView
+
+log = logging.getLogger("slurm_shockwave.slurm")
+
+OUTCOMES = ("started", "done", "wasted")
+#: the first step of a count change: the update of a pending job's request, or a running job's hold or signal
+STEPS = frozenset({Verb.UPDATE_GPUS, Verb.HOLD, Verb.SIGNAL, Verb.REQUEUE_HOLD})
+
+
+def nodes_for(count: int, node_gpus: int) -> int:
+    """Nodes a gang of `count` GPUs runs on: one when it fits one, else whole nodes."""
+    return 1 if node_gpus <= 0 or count <= node_gpus else count // node_gpus
+
+
+def counts(gpus_range, base: int, batch_size: int, node_gpus: int, whole_nodes: int) -> list[int]:
+    """The counts of the range an elastic job may run on: each divides its global batch and fits one node or whole
+    nodes (`node_gpus` GPUs each, `whole_nodes` of them); its base count always (its user's own request)."""
+    lo, hi = gpus_range
+    ok = [
+        n
+        for n in range(lo, hi + 1)
+        if batch_size % n == 0
+        and (n <= node_gpus or (node_gpus > 0 and n % node_gpus == 0 and n <= whole_nodes * node_gpus))
+    ]
+    return sorted({*ok, base})
+
+
+def throughputs(ns: list[int], known: dict[int, float], base: int, base_thr: float, exponent: float) -> dict:
+    """{count: iterations/s}: its own where known (`known` at its batch size), else scaled from the nearest known
+    count (no count known: from its throughput at its base count)."""
+    anchors = {m: t for m, t in known.items() if t > 0} or {base: base_thr}
+    out = {}
+    for n in ns:
+        if n in anchors:
+            out[n] = anchors[n]
+            continue
+        m = min(anchors, key=lambda c: (abs(math.log(n / c)), c))
+        out[n] = anchors[m] * (n / m) ** exponent
+    return out
+
+
+class Measured:
+    """Each elastic job's own throughput per GPU count at a batch size (iterations/s: its last reported samples/s at
+    that count over the batch size), from its events; kept in the state ("elastic_throughput")."""
+
+    KEY = "elastic_throughput"
+
+    def __init__(self, state):
+        self.state = state
+        saved = state.get(self.KEY, {}) or {}
+        self.by_job: dict[str, dict[str, list]] = {str(k): dict(v) for k, v in saved.items()}
+        self._dirty = False
+
+    def update(self, job_id, progress) -> None:
+        thr, bs, n = progress.last_throughput, progress.last_throughput_bs, progress.last_throughput_gpus
+        if not (thr and bs and n and thr > 0 and math.isfinite(thr)):
+            return
+        entry = self.by_job.setdefault(str(job_id), {})
+        if entry.get(str(n)) != [int(bs), thr / bs]:
+            entry[str(n)] = [int(bs), thr / bs]
+            self._dirty = True
+
+    def at(self, job_id, batch_size: int) -> dict[int, float]:
+        """{count: iterations/s} it reported at this batch size."""
+        return {int(n): float(t) for n, (b, t) in self.by_job.get(str(job_id), {}).items() if b == batch_size}
+
+    def keep(self, job_ids) -> None:
+        keep = {str(j) for j in job_ids}
+        if set(self.by_job) - keep:
+            self.by_job = {k: v for k, v in self.by_job.items() if k in keep}
+            self._dirty = True
+        if self._dirty:
+            self.state.put(self.KEY, self.by_job)
+            self._dirty = False
+
+
+def base_marks(observed: dict, bases: dict) -> list[Action]:
+    """The mark actions that record the base count of the elastic jobs whose AdminComment lacks it (one per text;
+    `observed`: job -> enact.Observed, `bases`: job -> base count)."""
+    groups: dict[str, list] = {}
+    for j, base in sorted(bases.items()):
+        ob = observed.get(j)
+        if ob is not None and base_of(ob.admin_comment) is None:
+            groups.setdefault(with_base(ob.admin_comment, base), []).append(j)
+    return [Action(Verb.MARK, tuple(ids), text) for text, ids in groups.items()]
+
+
+def wanted(placement, run: set, observed: dict, elastic: dict, node_gpus: int) -> dict:
+    """job -> (GPUs, nodes) of each elastic job the round runs on another count than its request (`elastic`: job ->
+    the counts it may run on, `counts`); a job without a range, or on a count not its, is refused (logged)."""
+    out = {}
+    for j in sorted(run):
+        ob, by = observed.get(j), placement.get(j) or placement.get(str(j)) or {}
+        n = sum(by.values())
+        if ob is None or not n or n == ob.gpus:
+            continue
+        if j not in elastic:
+            log.warning(
+                "job %s: placed on %d GPU(s), it asked for %d and declared no range: not resized", j, n, ob.gpus
+            )
+            continue
+        if n not in elastic[j]:
+            log.warning("job %s: placed on %d GPU(s), not one of its counts %s: not resized", j, n, sorted(elastic[j]))
+            continue
+        out[j] = (n, nodes_for(n, node_gpus))
+    return out
+
+
+def per_node_wanted(observed: dict) -> dict:
+    """job -> the GPUs per node of the new request of each job whose count changes (gpu_types.GpuTypes.steer)."""
+    return {
+        j: o.wanted_gpus // (o.wanted_nodes or 1)
+        for j, o in observed.items()
+        if o.wanted_gpus and o.wanted_gpus != o.gpus
+    }
+
+
+class ResizeLog:
+    """The controller's count changes and their outcomes (module docstring), kept in the state ("resizes")."""
+
+    KEY = "resizes"
+
+    def __init__(self, state, metrics=None):
+        self.state, self.metrics = state, metrics
+        saved = state.get(self.KEY, {}) or {}
+        self.counts = {k: int((saved.get("counts") or {}).get(k, 0)) for k in OUTCOMES}
+        self.open: dict[str, dict] = {str(k): dict(v) for k, v in (saved.get("open") or {}).items()}
+
+    def _count(self, outcome: str) -> None:
+        self.counts[outcome] += 1
+        if self.metrics is not None:
+            self.metrics.resizes.labels(outcome).inc()
+
+    def started(self, job_id, old: int, new: int, now: float, round_length: float) -> None:
+        """Its first step was enacted (an update of its request, or its checkpoint signal or hold)."""
+        key, entry = str(job_id), self.open.get(str(job_id))
+        if entry is not None and entry["to"] == new:
+            return  # the same change, still under way (or re-entered after a restart of the controller)
+        if entry is not None and (entry["ran_at"] is None or now - entry["ran_at"] < round_length):
+            self._count("wasted")
+            log.warning(
+                "job %s: wasted resize to %d GPU(s) (changed again to %d before it ran a round)", key, entry["to"], new
+            )
+        self._count("started")
+        log.info("job %s: resize %d -> %d GPU(s) started", key, old, new)
+        self.open[key] = {"from": old, "to": new, "t": now, "ran_at": None}
+
+    def observe(self, jobs: dict, now: float, round_length: float) -> None:
+        """At the start of a round: a resize is done when its job runs at its new count; forgotten once it ran a round
+        there, or its job left the queue.  `jobs`: job id -> SlurmJob."""
+        for key, entry in list(self.open.items()):
+            j = jobs.get(int(key))
+            if j is None or j.finished:
+                del self.open[key]
+                continue
+            if entry["ran_at"] is None and j.state == "RUNNING" and max(j.gpus, 1) == entry["to"]:
+                entry["ran_at"] = float(j.start_time or now)
+                self._count("done")
+            elif entry["ran_at"] is not None and now - entry["ran_at"] >= round_length:
+                del self.open[key]
+
+    def save(self) -> None:
+        self.state.put(self.KEY, {"counts": self.counts, "open": self.open})
+
+
+class Elastic:
+    """One round's elastic jobs, the backend's side (module docstring): their views, their base marks, the counts
+    their round asks for, and the resize log."""
+
+    def __init__(self, state, metrics=None):
+        self.measured = Measured(state)
+        self.log = ResizeLog(state, metrics)
+        self.ranges: dict[int, list[int]] = {}  # elastic job -> the counts it may run on
+        self.bases: dict[int, int] = {}
+        self.want: dict[int, tuple[int, int, int]] = {}  # job -> (its count now, its round's count, nodes)
+        self.node_gpus = self.whole_nodes = 0
+
+    def observe(self, jobs, nodes, partition: str | None, now: float, round_length: float) -> None:
+        """The partition's node size (the largest) and how many nodes have it; the resizes seen done."""
+        sizes = [n.gpus for n in nodes if n.available and node_in_partition(n, partition) and n.gpus > 0]
+        self.node_gpus = max(sizes, default=0)
+        self.whole_nodes = sum(1 for g in sizes if g == self.node_gpus)
+        self.ranges, self.bases = {}, {}
+        self.log.observe({j.job_id: j for j in jobs}, now, round_length)
+
+    def view(self, job, marker: dict, progress, view: JobView, exponent: float) -> JobView:
+        """The job's view with its running count, and for an elastic job its range, base count and counts."""
+        running = max(job.gpus, 1) if job.state == "RUNNING" else None
+        rng = marker.get("gpus_range")
+        if rng is None:
+            return replace(view, running_gpus=running)
+        lo, hi = int(rng[0]), int(rng[1])
+        base = base_of(job.admin_comment) or max(job.gpus, 1)
+        self.measured.update(job.job_id, progress)
+        ns = counts((lo, hi), base, view.batch_size, self.node_gpus, self.whole_nodes)
+        self.ranges[job.job_id], self.bases[job.job_id] = ns, base
+        thr = throughputs(ns, self.measured.at(job.job_id, view.batch_size), base, view.throughput, exponent)
+        return replace(view, num_gpus=base, gpus_range=(lo, hi), running_gpus=running, throughput_by_gpus=thr)
+
+    def prepare(self, decision, run: set, observed: dict, enactor, round_index: int, restarts: dict) -> None:
+        """Before the reconcile: the base counts not in Slurm yet are marked (first: a job is resized only once its
+        base is there), then each elastic job's `Observed.wanted_gpus` is its round's count (never its events')."""
+        marks = base_marks(observed, self.bases)
+        unsafe = set()
+        for a, result in enactor.execute(round_index, marks, restarts) if marks else []:
+            for j in a.job_ids:
+                if result == "done":
+                    observed[j].admin_comment = a.value
+                else:
+                    unsafe.add(j)
+        asked = wanted(decision.placement, run, observed, self.ranges, self.node_gpus)
+        self.want = {j: (observed[j].gpus, *asked[j]) for j in asked if j not in unsafe}
+        for j in self.ranges:
+            if j in observed:
+                _now, observed[j].wanted_gpus, observed[j].wanted_nodes = self.want.get(j, (0, None, None))
+        self.measured.keep(self.ranges)
+
+    def enacted(self, results, now: float, round_length: float) -> None:
+        """After the enactment: a resize whose first step was done has started."""
+        for a, result in results:
+            if result == "done" and a.verb in STEPS:
+                for j in a.job_ids:
+                    if j in self.want:
+                        self.log.started(j, self.want[j][0], self.want[j][1], now, round_length)
+        self.log.save()
