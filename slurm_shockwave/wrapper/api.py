@@ -43,6 +43,13 @@ from slurm_shockwave.wrapper.context import (
     warn,
 )
 
+BAD_BATCH = "elastic: the global batch does not divide"  # the start of the exit reason (per_rank_batch)
+
+
+class BatchSizeError(ValueError):
+    """This run's world size does not divide the global batch size (:meth:`Reporter.per_rank_batch`)."""
+
+
 _flag = threading.Event()  # process-wide "checkpoint requested"
 _stop = threading.Event()  # SIGTERM/SIGINT seen: checkpoint and exit
 _installed: set[int] = set()
@@ -191,6 +198,20 @@ class Reporter:
         the checkpoints' ``step`` it shows which steps each run did (a step run twice is work lost)."""
         return self.emit("resume", step=step, epoch=epoch, path=str(path)[:1024] if path else None)
 
+    def per_rank_batch(self, global_bs: int, world_size: int | None = None, accumulate: int = 1) -> int:
+        """The per-rank (per-device) batch size that keeps the global batch ``global_bs`` on this run's ranks:
+        ``global_bs // (world_size x accumulate)`` (default world size: this run's, ``ranks.detect``).  When it does
+        not divide, records why as this run's ``exit`` reason (``shockwave-run`` keeps it: the controller shows it)
+        and raises :class:`BatchSizeError`: the job fails once, with that line, instead of training at another
+        global batch size."""
+        world = self.rank.world_size if world_size is None else int(world_size)
+        n = world * max(1, int(accumulate))
+        if global_bs >= n and global_bs % n == 0:
+            return global_bs // n
+        why = f"{BAD_BATCH}: global batch size {global_bs} over {world} ranks x {accumulate} accumulation steps"
+        self.emit("exit", exit_code=1, reason=why)
+        raise BatchSizeError(f"{why}; give the job a GPU count that divides it (e.g. gpus=MIN-MAX in powers of 2)")
+
     def should_checkpoint(self) -> bool:
         """True once the checkpoint signal (or SIGTERM) arrived, or the wrapper asked."""
         if _flag.is_set():
@@ -257,6 +278,10 @@ def checkpointed(path: str | os.PathLike, epoch: int | None = None, step: int | 
 
 def resumed(step: int, epoch: int | None = None, path: str | os.PathLike | None = None) -> bool:
     return get_reporter().resumed(step, epoch, path)
+
+
+def per_rank_batch(global_bs: int, world_size: int | None = None, accumulate: int = 1) -> int:
+    return get_reporter().per_rank_batch(global_bs, world_size, accumulate)
 
 
 def should_checkpoint() -> bool:

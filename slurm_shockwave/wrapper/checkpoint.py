@@ -39,7 +39,8 @@ class CheckpointManager:
     ``epochs_done`` passed to :meth:`save` is the number of fully completed epochs
     contained in the state (so :meth:`resume_epoch` is the 0-based index to run next).  ``step`` (optimizer
     steps done since the job's first run) and ``epoch_step`` (steps done inside the epoch ``epochs_done``) are
-    kept beside it when given, so a run can resume at the exact next step (:meth:`position`).
+    kept beside it when given, so a run can resume at the exact next step (:meth:`position`); other keywords of
+    :meth:`save` too (``Training``'s sample position, global batch size and world size: :meth:`meta`).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, reporter: Any = None, name: str = "checkpoint"):
@@ -61,6 +62,7 @@ class CheckpointManager:
         *,
         step: int | None = None,
         epoch_step: int | None = None,
+        **meta: Any,
     ) -> Path:
         """Atomically persist ``state``; records a ``checkpoint`` event (with ``step`` when given) if a reporter
         is set."""
@@ -68,6 +70,7 @@ class CheckpointManager:
             raise TypeError("checkpoint state must be a dict")
         self.dir.mkdir(parents=True, exist_ok=True)
         payload = {
+            **meta,
             "format": FORMAT,
             "epochs_done": epochs_done,
             "step": step,
@@ -155,6 +158,10 @@ class CheckpointManager:
         if isinstance(step, int) and step >= 0:
             return step, inner if isinstance(inner, int) and inner >= 0 else 0
         return None
+
+    def meta(self) -> dict[str, Any]:
+        """What the loaded checkpoint keeps beside the state (the keywords of :meth:`save`); {} when none loaded."""
+        return {k: v for k, v in (self._meta or {}).items() if k != "state"}
 
     def exists(self) -> bool:
         return self.path.exists() or self.prev_path.exists()

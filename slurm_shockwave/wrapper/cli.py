@@ -35,7 +35,15 @@ from pathlib import Path
 from slurm_shockwave.events.store import ensure_job_dir
 from slurm_shockwave.events.writer import EventWriter
 from slurm_shockwave.wrapper import outcome
-from slurm_shockwave.wrapper.context import ENV_EVENT_FILE, ENV_STORE, JobContext, count_gpus, parse_signal, warn
+from slurm_shockwave.wrapper.context import (
+    ENV_EVENT_FILE,
+    ENV_PREVIOUS_GPUS,
+    ENV_STORE,
+    JobContext,
+    count_gpus,
+    parse_signal,
+    warn,
+)
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 LAUNCHERS = ("torchrun", "srun", "mpirun", "mpiexec", "accelerate", "deepspeed")
@@ -171,13 +179,14 @@ class Runner:
         self._setup_events()
         self.request_file = self._request_path()
         self._drop_request()  # left by an earlier run of this job that was killed
-        env = dict(os.environ)
-        env.update(self.ctx.child_env(self.ckpt_sig.name[3:], self.request_file))
+        env, gpus = dict(os.environ), count_gpus()
+        env.pop(ENV_PREVIOUS_GPUS, None)
+        env.update(self.ctx.child_env(self.ckpt_sig.name[3:], self.request_file, gpus, self._previous_gpus()))
         if self.writer is None:
             for key in (ENV_STORE, ENV_EVENT_FILE):
                 env.pop(key, None)
         previous = {s: signal.signal(s, self._on_signal) for s in FORWARDED}
-        self._emit("start", gpus=count_gpus(env), host=socket.gethostname()[:255] or None, pid=os.getpid())
+        self._emit("start", gpus=gpus, host=socket.gethostname()[:255] or None, pid=os.getpid())
         code = self._run_child(env)
         for s, h in previous.items():
             # a late checkpoint signal must not kill us as we exit (SIG_DFL of USR1 terminates): keep it ignored
@@ -220,6 +229,9 @@ class Runner:
             self._emit("exit", exit_code=min(rc, 255), reason=reason)
             return rc
         events, progress = got
+        said = [e.reason for e in events if e.kind == "exit" and e.source == "api" and e.restart == self.ctx.restart]
+        if rc != 0 and said and said[-1]:  # the program said why it fails (api.BatchSizeError): the job's reason
+            reason = f"{said[-1]} (exit {rc})"[:256]
         out = outcome.decide(
             rc,
             progress,
@@ -281,6 +293,12 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - the callers decide what an unreadable store means; said here once
             warn(f"cannot read this job's own events from {self.ctx.store}: {type(exc).__name__}: {exc}")
             return None
+
+    def _previous_gpus(self) -> int | None:
+        """The GPU count of this job's previous run (its last ``start`` of an earlier restart), None on its first."""
+        got = self._own_events() if self.writer is not None and self.ctx.restart > 0 else None
+        counts = [e.gpus for e in got[0] if e.kind == "start" and e.restart < self.ctx.restart] if got else []
+        return next((n for n in reversed(counts) if n is not None), None)
 
     def _all_epochs_reported(self) -> bool:
         got = self._own_events()

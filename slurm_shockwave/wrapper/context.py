@@ -23,6 +23,7 @@ ENV_CKPT_DIR = "SHOCKWAVE_CHECKPOINT_DIR"
 ENV_CKPT_SIGNAL = "SHOCKWAVE_CHECKPOINT_SIGNAL"
 ENV_REQUEST_FILE = "SHOCKWAVE_CHECKPOINT_REQUEST_FILE"
 ENV_GPUS = "SHOCKWAVE_GPUS"
+ENV_PREVIOUS_GPUS = "SHOCKWAVE_PREVIOUS_GPUS"
 ENV_RUN_START = "SHOCKWAVE_RUN_START"
 DEFAULT_SIGNAL = "USR1"
 
@@ -116,9 +117,13 @@ class JobContext:
             ckpt = Path(os.getcwd()) / "checkpoints" / job_id
         return cls(job_id, restart, root, event_file, ckpt, bool(slurm_id), source)
 
-    def child_env(self, signame: str, request_file: Path | None) -> dict[str, str]:
-        """Variables exported to the training program."""
+    def child_env(
+        self, signame: str, request_file: Path | None, gpus: int = 0, previous_gpus: int | None = None
+    ) -> dict[str, str]:
+        """Variables exported to the training program (``gpus``: this run's count; ``previous_gpus``: the job's
+        previous run's, when it had one)."""
         out = {
+            ENV_GPUS: str(gpus),
             ENV_STORE: str(self.store),
             ENV_EVENT_FILE: str(self.event_file),
             ENV_JOB_ID: self.job_id,
@@ -129,6 +134,8 @@ class JobContext:
         }
         if request_file is not None:
             out[ENV_REQUEST_FILE] = str(request_file)
+        if previous_gpus is not None:
+            out[ENV_PREVIOUS_GPUS] = str(previous_gpus)
         return out
 
 

@@ -39,6 +39,27 @@ with the measured duration).  A body that ``break``s out of the loop on the chec
 epoch unfinished: the state is saved as it is (keep the position inside the epoch in ``state_dict``, or count
 steps as above, to resume mid-epoch, else the epoch is redone from its start).
 
+Elastic GPU counts (a job whose comment declares ``gpus=MIN-MAX`` may be restarted by the controller on another
+count): ``batch_size`` is the GLOBAL batch size (all ranks, one optimizer step), on the user's own schedule; the
+per-rank batch follows from it (:meth:`per_rank_batch`: global // world size, a clear error when it does not
+divide).  :meth:`batches` splits each global batch over the ranks: it yields this rank's positions in the epoch's
+sample order (the order must depend on (seed, epoch) only, never on the world size), continues at the checkpoint's
+sample position and stops on the request as :meth:`steps` does, so a resume on another count neither repeats nor
+skips a sample::
+
+    run = Training(job, total_epochs=30, samples_per_epoch=len(ds), batch_size=256)
+    for epoch in run.epochs():
+        order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(epoch))
+        for part in run.batches():               # a range: this rank's share of the step's global batch
+            train_step(ds[order[part.start:part.stop]])
+            run.batch_size = schedule(run.samples)  # the user's schedule may change the global batch (e.g. GNS)
+
+The checkpoint keeps the global batch size (a resume continues with it, not with the constructor's), the samples
+done (``run.samples`` since the job's first run, ``run.epoch_samples`` in the epoch: the position) and the world
+size it was written at (``run.previous_world_size`` after a resume; ``shockwave-run`` exports the GPU counts as
+``$SHOCKWAVE_GPUS`` and ``$SHOCKWAVE_PREVIOUS_GPUS``).  The epoch's last global batch may be short (it is split as
+evenly as it goes).
+
 Several processes (torchrun, ``srun`` one task per GPU, ``accelerate launch``): every rank builds its
 ``Training`` (after ``init_process_group``); global rank 0 reports and writes the checkpoint (every rank calls
 ``state_dict()``, which a sharded model needs; ``per_rank=True`` has each rank write its own
@@ -52,7 +73,7 @@ same step.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from slurm_shockwave.wrapper import api, ranks
@@ -92,7 +113,7 @@ class Training:
             raise ValueError(f"steps_per_epoch must be an int >= 1, got {steps_per_epoch!r}")
         self.obj, self.total_epochs = obj, total_epochs
         self.samples_per_epoch = samples_per_epoch
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # the global batch size (module docstring: elastic GPU counts)
         self.steps_per_epoch = steps_per_epoch
         self.save_every = max(1, int(save_every))
         self.reporter = reporter or api.get_reporter()
@@ -110,8 +131,14 @@ class Training:
         self.step = 0  # optimizer steps done since the job's first run
         self.epoch_step = 0  # optimizer steps done in the current epoch
         self._counting = steps_per_epoch is not None  # are steps counted (known)?
+        self.samples = self.epoch_samples = 0  # samples done since the job's first run / in the current epoch
+        self.previous_world_size: int | None = None  # the world size of the run that wrote the restored checkpoint
         if state is not None:
             self.obj.load_state_dict(state)
+            meta = self.ckpt.meta()
+            self.batch_size = meta.get("batch_size") or self.batch_size
+            self.samples, self.epoch_samples = meta.get("samples") or 0, meta.get("epoch_samples") or 0
+            self.previous_world_size = meta.get("world_size")
             self.start_epoch = min(self.ckpt.resume_epoch(), total_epochs)
             pos = self.ckpt.position()
             if pos is not None:
@@ -128,6 +155,8 @@ class Training:
         self._left_mid_epoch = False  # steps() stopped on the request before the epoch's last step
         self._epoch_first_step = 0
         self._steps_n: int | None = None
+        self._batch_n: int | None = None  # the global batch of the step batches() runs
+        self._epoch_first_samples = 0
         self._t0 = 0.0
         self._resume_reported = False
         if self._counting:
@@ -178,23 +207,55 @@ class Training:
             self._report_resume()
         self.step += 1
         self.epoch_step += 1
+        n = self._batch_n if self._batch_n is not None else (self.batch_size or 0)
+        self.samples += n
+        self.epoch_samples += n
 
     def steps(self, n: int) -> Iterator[int]:
         """Indices (0-based, in this epoch) of the epoch's steps still to run, out of ``n``; each step is counted
         when its body ends, and on the request the iteration stops at that step boundary (the epoch loop then saves
         the position and ends the run)."""
+        self._steps_n, self._batch_n = n, None
+        return self._stepping("steps", lambda: self.epoch_step < n, lambda: self.epoch_step)
+
+    def batches(self, n: int | None = None) -> Iterator[range]:
+        """This rank's positions in the epoch's sample order for each step still to run in an epoch of ``n``
+        samples (default ``samples_per_epoch``): its share of the global batch ``batch_size`` (read at every step),
+        counted and stopped on the request as :meth:`steps` (module docstring: elastic GPU counts)."""
+        total = n or self.samples_per_epoch
+        if not (total and self.batch_size):
+            raise ValueError("batches() needs the epoch's samples and the global batch size (Training(batch_size=))")
+
+        def share() -> range:
+            first, world, r = self.epoch_samples, self.rank.world_size, self.rank.rank
+            self._batch_n = m = min(self.batch_size or 0, total - first)
+            if m == self.batch_size:  # a whole global batch must divide (the epoch's last one is split evenly)
+                self.per_rank_batch()
+            return range(first + m * r // world, first + m * (r + 1) // world)
+
+        self._steps_n = None
+        return self._stepping("batches", lambda: self.epoch_samples < total, share)
+
+    def _stepping(self, name: str, more: Callable[[], bool], item: Callable[[], Any]) -> Iterator[Any]:
         if self.epoch is None:
-            raise RuntimeError("steps() belongs inside `for epoch in run.epochs():`")
-        self._steps_n = n
+            raise RuntimeError(f"{name}() belongs inside `for epoch in run.epochs():`")
         if not self._counting:
             self._counting = True
             self._report_resume()
-        while self.epoch_step < n:
-            yield self.epoch_step
+        while more():
+            yield item()
             self._count_step()
-            if self.epoch_step < n and self.should_checkpoint():
+            if more() and self.should_checkpoint():
                 self._left_mid_epoch = True
                 return
+
+    def per_rank_batch(self, global_bs: int | None = None) -> int:
+        """This rank's batch size of the global batch ``global_bs`` (default ``batch_size``): global // world size,
+        else :class:`~slurm_shockwave.wrapper.api.BatchSizeError`, recorded as the job's exit reason."""
+        gbs = self.batch_size if global_bs is None else global_bs
+        if not gbs:
+            raise ValueError("per_rank_batch() needs the global batch size (Training(batch_size=...))")
+        return self.reporter.per_rank_batch(gbs, self.rank.world_size)
 
     def report(
         self, batch_size: int | None = None, samples: int | None = None, duration_s: float | None = None, **extra: Any
@@ -210,17 +271,20 @@ class Training:
         n = samples if samples is not None else (self.samples_per_epoch or 0)
         if samples is None and self._steps_n and self.samples_per_epoch:  # a resumed epoch: the part it ran
             n = max(1, round(self.samples_per_epoch * (self.epoch_step - self._epoch_first_step) / self._steps_n))
+        elif samples is None and self._batch_n is not None:  # batches(): the samples it ran
+            n = self.epoch_samples - self._epoch_first_samples
         self.reporter.report_epoch(self.epoch, bs, n, dt, **extra)
         self._reported = True
 
     def save(self, epochs_done: int) -> None:
         state = self.obj.state_dict()  # on every rank: a sharded model's state_dict() is itself a collective
         if self.per_rank or self.rank.leader:
+            meta = {"batch_size": self.batch_size, "world_size": self.rank.world_size, "samples": self.samples}
             if self._counting:
-                inner = self.epoch_step if epochs_done == (self.epoch if self.epoch is not None else -1) else 0
-                self.ckpt.save(state, epochs_done=epochs_done, step=self.step, epoch_step=inner)
-            else:
-                self.ckpt.save(state, epochs_done=epochs_done)
+                inner = epochs_done == (self.epoch if self.epoch is not None else -1)  # saved inside that epoch
+                meta.update(step=self.step, epoch_step=self.epoch_step if inner else 0)
+                meta.update(epoch_samples=self.epoch_samples if inner else 0)
+            self.ckpt.save(state, epochs_done=epochs_done, **meta)
 
     def epochs(self) -> Iterator[int]:
         """The epochs still to run; saves after each, and ends early (after saving) on the signal."""
@@ -231,6 +295,7 @@ class Training:
             while epoch < self.total_epochs:
                 self.epoch, self._reported, self._t0 = epoch, False, time.monotonic()
                 self._epoch_first_step, self._steps_n = self.epoch_step, None
+                self._epoch_first_samples, self._batch_n = self.epoch_samples, None
                 yield epoch
                 if self._left_mid_epoch:  # steps() stopped at a step boundary on the request: save, end
                     self.save(epoch)
@@ -241,7 +306,7 @@ class Training:
                 if not self._reported:
                     self.report()
                 epoch += 1
-                self.epoch_step = 0
+                self.epoch_step = self.epoch_samples = 0
                 if requested or epoch % self.save_every == 0 or epoch == self.total_epochs:
                     self.save(epoch)
                 if requested and epoch < self.total_epochs:
@@ -250,7 +315,7 @@ class Training:
         except GeneratorExit:  # `break` out of the loop; under torch.distributed no new collective: the last answer
             if self._agreed if ranks.distributed() else self.should_checkpoint():  # left mid-epoch on the signal
                 if self._reported:
-                    self.epoch_step = 0
+                    self.epoch_step = self.epoch_samples = 0
                 self.save(epoch + 1 if self._reported else epoch)
                 self.stopped_early = True
             else:

@@ -24,6 +24,15 @@ The two newest are kept.  :meth:`~ShockwaveAccelerate.resume` loads the newest (
 ``resume``; :meth:`~ShockwaveAccelerate.batches` then skips the batches the interrupted epoch already did
 (``accelerator.skip_first_batches``).  For the same data order after a resume, shuffle with
 ``DataLoaderConfiguration(use_seedable_sampler=True)`` (order = f(seed, epoch); ``batches`` calls ``set_epoch``).
+
+Elastic GPU counts (the controller restarts the job on another count): give ``ShockwaveAccelerate`` the global batch
+size (``batch_size=256``) and build the loader with this run's per-device batch, ``DataLoader(ds,
+batch_size=per_device_batch_size(256, accelerator))``, before ``prepare``; the gradient accumulation is kept.  The
+batches an interrupted epoch did are then as many on any count, so ``batches`` skips the same samples.  A prepared
+LR scheduler steps once per process at each optimizer step (``split_batches=False``): its schedule would follow the
+count, so build the ``Accelerator`` with ``step_scheduler_with_optimizer=False`` (one ``step()``, one step).  A
+loader of another batch size, or such a scheduler, stops the run at the first ``batches``, before its first step; a
+count that does not divide the global batch is the job's exit reason.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from typing import Any
 from slurm_shockwave.wrapper import api
 from slurm_shockwave.wrapper.checkpoint import earlier_job
 from slurm_shockwave.wrapper.context import warn
+from slurm_shockwave.wrapper.integrations import per_device_batch
 
 MARK = "shockwave.json"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
@@ -121,6 +131,13 @@ class ShockwaveAccelerate:
         it: Iterable[Any] = self.acc.skip_first_batches(loader, skip) if skip else loader
         per_batch = getattr(loader, "total_batch_size", None) or getattr(loader, "batch_size", None) or 0
         gas = max(1, int(getattr(self.acc, "gradient_accumulation_steps", 1) or 1))
+        if self.batch_size and per_batch:
+            per_device_batch(self.batch_size, _devices(self.acc), gas, per_batch // _devices(self.acc), self.reporter)
+            if self.acc.step_scheduler_with_optimizer and self.acc._schedulers and not self.acc.split_batches:
+                raise ValueError(
+                    "a prepared LR scheduler steps once per process at each optimizer step, so its schedule would "
+                    "change with the GPU count: build the Accelerator with step_scheduler_with_optimizer=False"
+                )
         bs = self.batch_size or per_batch * gas
         self.reporter.configure(samples_per_epoch=self.epoch_len * per_batch or None)
         t0 = time.monotonic()
@@ -182,6 +199,17 @@ class ShockwaveAccelerate:
         ours = sorted((int(m.group(1)), p) for p in names if (m := _NAME.match(p.name)) and (p / MARK).exists())
         for p in [p for n, p in ours[: -self.keep] if n != newest] + [p for p in names if _TMP.match(p.name)]:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def per_device_batch_size(global_batch_size: int, accelerator: Any) -> int:
+    """The loader's batch size: global // (processes x gradient accumulation); global // accumulation when the
+    accelerator splits each batch itself (``split_batches=True``)."""
+    return per_device_batch(global_batch_size, _devices(accelerator), accelerator.gradient_accumulation_steps)
+
+
+def _devices(accelerator: Any) -> int:
+    """The processes a loader batch is for: 1 when the accelerator splits each batch over them itself."""
+    return 1 if getattr(accelerator, "split_batches", False) else accelerator.num_processes
 
 
 def _job_and_time() -> dict[str, Any]:

@@ -24,6 +24,14 @@ SIGTERM and ``TrainingArguments(enable_jit_checkpoint=True)``: HF's just-in-time
 handler (without chaining to the one before it), waits 3 s, then saves on each rank on its own (not agreed across
 ranks; from ``on_pre_optimizer_step`` it saves step N and then still runs step N+1, which a resume redoes).  When it
 is on, this callback takes SIGTERM back at ``on_train_begin``: Shockwave's checkpoint wins, HF's stays idle.
+
+Elastic GPU counts (the controller restarts the job on another count): give the callback the global batch size
+(``ShockwaveCallback(batch_size=256)``) and the arguments this run's per-device batch,
+``TrainingArguments(per_device_train_batch_size=per_device_batch_size(256, gas), gradient_accumulation_steps=gas)``
+(the world size is the launcher's: torchrun, ``accelerate launch``, ``srun``).  The Trainer's resume skips the
+steps done x ``gradient_accumulation_steps`` batches of each rank, as many on any count when the global batch is
+kept.  Other arguments stop the run at ``on_train_begin``, before its first step; a count that does not divide the
+global batch is the job's exit reason.  ``auto_find_batch_size`` changes the batch itself: not for elastic jobs.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from transformers import TrainerCallback
 from slurm_shockwave.wrapper import api, ranks
 from slurm_shockwave.wrapper.checkpoint import earlier_job
 from slurm_shockwave.wrapper.context import warn
+from slurm_shockwave.wrapper.integrations import per_device_batch
 
 PREFIX = "checkpoint"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
 MARK = "shockwave.json"
@@ -52,10 +61,14 @@ class ShockwaveCallback(TrainerCallback):
 
     ``reporter``: default the process-wide one (built now, so the signal handlers are in place before training);
     ``every``: agree every N-th optimizer step only (each agreement is an all_reduce and, on GPUs, a sync; the stop
-    then waits up to N-1 more steps); ``configure``: fields added to every ``epoch_end`` (``min_batch_size``, ...)."""
+    then waits up to N-1 more steps); ``batch_size``: the global batch size (module docstring), checked at train
+    begin; ``configure``: fields added to every ``epoch_end`` (``min_batch_size``, ...)."""
 
-    def __init__(self, reporter: api.Reporter | None = None, every: int = 1, **configure: Any) -> None:
+    def __init__(
+        self, reporter: api.Reporter | None = None, every: int = 1, batch_size: int | None = None, **configure: Any
+    ) -> None:
         self.reporter = reporter or api.get_reporter()
+        self.global_batch_size = batch_size
         self.every = max(1, every)
         self.extra = configure
         self.requested = False  # every rank agreed: checkpoint and stop
@@ -69,6 +82,11 @@ class ShockwaveCallback(TrainerCallback):
         if getattr(args, "enable_jit_checkpoint", False):
             _take_sigterm()
         gas = max(1, args.gradient_accumulation_steps)
+        if self.global_batch_size:
+            if args.auto_find_batch_size:
+                raise ValueError("auto_find_batch_size changes the global batch size: not with ShockwaveCallback's")
+            devices = max(1, args.world_size) * max(1, args.n_gpu)  # n_gpu > 1: DataParallel in one process
+            per_device_batch(self.global_batch_size, devices, gas, args.per_device_train_batch_size, self.reporter)
         loader = kw.get("train_dataloader")
         n = _len(loader)
         if n:
@@ -131,6 +149,11 @@ class ShockwaveCallback(TrainerCallback):
             samples=(step - self._epoch_step0) * self.batch_size,
             duration_s=time.monotonic() - self._epoch_t0,
         )
+
+
+def per_device_batch_size(global_batch_size: int, gradient_accumulation_steps: int = 1) -> int:
+    """``per_device_train_batch_size`` on this run's ranks: global // (world size x gradient accumulation)."""
+    return per_device_batch(global_batch_size, ranks.detect().world_size, gradient_accumulation_steps)
 
 
 def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:

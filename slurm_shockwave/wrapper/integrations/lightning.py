@@ -27,6 +27,12 @@ is redone) but restarts a plain data loader at the epoch's first batch.  :class:
 start to skip the samples of the batches the interrupted run completed, so the resume is exact.  It needs the
 loader's iterator to start after ``on_train_start`` (``num_workers=0``; with workers Lightning starts it earlier,
 the callback then says so in one line).
+
+Elastic GPU counts (the controller restarts the job on another count): give the callback the global batch size
+(``ShockwaveCallback(batch_size=256)``) and size the loader with :func:`per_device_batch_size` (in the
+``LightningModule``'s or ``DataModule``'s ``train_dataloader``, where ``self.trainer`` knows this run's world size);
+``accumulate_grad_batches`` is kept.  A loader of another per-device batch stops the run at train start, before its
+first step, and a count that does not divide the global batch is the job's exit reason.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from torch.utils.data import DistributedSampler
 
 from slurm_shockwave.wrapper import api, ranks
 from slurm_shockwave.wrapper.context import ENV_RUN_START, warn
+from slurm_shockwave.wrapper.integrations import per_device_batch
 
 PREFIX = "shockwave-"
 _NAME = re.compile(r"^shockwave-(?P<job>[A-Za-z0-9_.-]*)-step(?P<step>\d+)\.ckpt$")
@@ -140,6 +147,11 @@ class ResumableSampler(DistributedSampler):
         yield from itertools.islice(super().__iter__(), skip, None)
 
 
+def per_device_batch_size(global_batch_size: int, trainer: pl.Trainer) -> int:
+    """The loader's batch size on this run's devices: global // (world size x ``accumulate_grad_batches``)."""
+    return per_device_batch(global_batch_size, trainer.world_size, trainer.accumulate_grad_batches)
+
+
 def _loaders(trainer: pl.Trainer) -> list[Any]:
     dl = trainer.train_dataloader
     if isinstance(dl, dict):
@@ -170,8 +182,9 @@ class ShockwaveCallback(pl.Callback):
     """Reports epochs, checkpoints and stops on Shockwave's request (see the module docstring).
 
     ``dirpath``: where the checkpoints go (default ``$SHOCKWAVE_CHECKPOINT_DIR``, else
-    ``<default_root_dir>/shockwave``); ``batch_size``: the global batch size to report (default: per-device
-    batch size of the train loader x world size x ``accumulate_grad_batches``); ``keep``: checkpoints kept."""
+    ``<default_root_dir>/shockwave``); ``batch_size``: the global batch size, checked against the train loader at
+    train start (module docstring; default: per-device batch size x world size x ``accumulate_grad_batches``, only
+    reported); ``keep``: checkpoints kept."""
 
     def __init__(
         self,
@@ -207,6 +220,10 @@ class ShockwaveCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loaders = _loaders(trainer)
         self._per_device = _per_device_batch_size(loaders[0]) if loaders else None
+        if self.batch_size and self._per_device:
+            per_device_batch(
+                self.batch_size, trainer.world_size, trainer.accumulate_grad_batches, self._per_device, self.reporter
+            )
         nb = trainer.num_training_batches
         if self._per_device and isinstance(nb, int):
             spe = nb * self._per_device * trainer.world_size

@@ -20,6 +20,10 @@ controller's hold, set before its signal, stays with the requeued job).  Usage::
 
 The store is found as ``shockwave-run`` finds it (wrapper/context.py `find_store`: ``$SHOCKWAVE_STORE``, else the
 site's controller config).  submitit pickles ``self`` into the requeued submission: the reporter is left out.
+
+Elastic GPU counts: not for submitit jobs.  submitit writes its task count (one task per GPU) into its own sbatch
+script, so a GPU request the controller changes would not change the world size; declare no ``gpus=MIN-MAX`` range
+for a submitit job (``api.per_rank_batch`` still computes and checks a per-rank batch from the global one).
 """
 
 from __future__ import annotations
