@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,6 +31,7 @@ from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.slurm.backend import SlurmBackend
 from slurm_shockwave.slurm.enact import Observed, reconcile
 from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
+from slurm_shockwave.slurm.jobview import is_submitit
 from slurm_shockwave.slurm.ownership import base_of, cleared, marked, parse_mark, status_of, unmarked, with_base
 from slurm_shockwave.slurm.resize import ResizeLog, counts, throughputs
 from solver.placement import PlacementError
@@ -70,6 +72,12 @@ def test_the_job_own_count_must_lie_in_its_range():
     check_gpus_range(None, 64)
     with pytest.raises(HintError, match=r"gpus=2-4: the job asks for 1 GPU\(s\), outside its range"):
         check_gpus_range((2, 4), 1)
+    # submitit writes its task count into its own script: such a job with a range is quarantined, without one managed
+    with pytest.raises(HintError, match="submitit job cannot change its GPU count"):
+        check_gpus_range((1, 4), 2, submitit=True)
+    check_gpus_range(None, 2, submitit=True)
+    job = SimpleNamespace(command="/home/u/log/.submission_file_0a1b.sh", std_out="")
+    assert is_submitit(job) and not is_submitit(SimpleNamespace(command="/home/u/train.sbatch", std_out=""))
 
 
 def test_the_base_count_lives_in_the_mark_and_survives_hold_and_release():

@@ -152,7 +152,7 @@ class SlurmBackend(ServiceBackend):
             problem = job.problem
             try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
                 hints = parse_hints(job.comment, self.cfg.marker, self._partition_gpus or None)
-                check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1))
+                check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1), jobview.is_submitit(job))
                 marker = None if hints is None else hints.as_dict()
             except HintError as e:
                 marker, problem = None, problem or f"invalid hints: {e}"

@@ -196,8 +196,11 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
     return hints
 
 
-def check_gpus_range(gpus_range, job_gpus: int) -> None:
+def check_gpus_range(gpus_range, job_gpus: int, submitit: bool = False) -> None:
     """HintError unless the job's own GPU count (its request, or the count the controller gave it, always within its
-    range) lies within its declared ``gpus=MIN-MAX`` (no range: nothing to check)."""
+    range) lies within its declared ``gpus=MIN-MAX`` (no range: nothing to check), and it is not a submitit job
+    (submitit writes its task count into its own script: a new GPU count would not reach its tasks)."""
+    if gpus_range is not None and submitit:
+        raise HintError("hint gpus={}-{}: a submitit job cannot change its GPU count".format(*gpus_range))
     if gpus_range is not None and not gpus_range[0] <= job_gpus <= gpus_range[1]:
         raise HintError("hint gpus={}-{}: the job asks for {} GPU(s), outside its range".format(*gpus_range, job_gpus))

@@ -41,9 +41,13 @@ SUBMITIT_SIGNAL = "USR2"
 def job_signal(job, marker: dict, default: str) -> tuple[str, str | None]:
     """(the checkpoint signal its preemption sends, ``B:NAME`` or ``NAME``; a note for status or None): see the module
     docstring; a signal that would kill the job is refused for ``default`` (hints.checkpoint_signal)."""
-    submitit = any(_SUBMITIT.search(getattr(job, k, "") or "") for k in ("command", "std_out"))
     own = marker.get("signal") or getattr(job, "signal", "")
-    return checkpoint_signal(own or (SUBMITIT_SIGNAL if submitit else None), default)
+    return checkpoint_signal(own or (SUBMITIT_SIGNAL if is_submitit(job) else None), default)
+
+
+def is_submitit(job) -> bool:
+    """submitit submitted it (its batch script or its task 0's output, `_SUBMITIT`)."""
+    return any(_SUBMITIT.search(getattr(job, k, "") or "") for k in ("command", "std_out"))
 
 
 def program_of(job) -> str:
