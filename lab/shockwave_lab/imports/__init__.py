@@ -23,6 +23,7 @@ FORMATS = {
     "alibaba-spot": ("alibaba_spot", "Alibaba spot GPU 2026 job_info_df.csv (ASPLOS '26)"),
     "alibaba-openb": ("alibaba_openb", "Alibaba GPU 2023 openb_pod_list_*.csv (ATC '23)"),
     "pollux-philly": ("pollux", "Philly as Pollux's artifact ships it: simulator/traces/philly.csv (OSDI '21)"),
+    "pollux-workload": ("pollux_workloads", "Pollux's realistic workloads: workload-N.csv of its artifact (OSDI '21)"),
 }
 
 
