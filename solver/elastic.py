@@ -19,8 +19,9 @@ with `Policy.sizes_elastic_jobs`) and uses only GPUs the round leaves idle; it n
    per added GPU (Pollux's spreading: with sublinear scaling that does the most work; ties: the shortest remaining).
 4. **A change pays for itself.**  Any count other than the one a job ran on is kept only when the time it saves
    over the loan (`horizon`: until the policy plans to start a waiting job, at most its window) exceeds its
-   restarts: the change itself for a running job, and the way back (`pays`).  A job's new count is else the one it
-   ran on, or its base count.  A job without a range never changes count.
+   restarts: the change itself for a running job, and the way back (`pays`); a running job grows only within the
+   gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py).  A job's new
+   count is else the one it ran on, or its base count.  A job without a range never changes count.
 
 Every count other than the base is recorded on the job's plan (`JobPlan.gpus`, `JobPlan.resize`: one human line
 for `status` and `explain`, e.g. "4 GPUs (asked 2): idle capacity; back to 2 when the queue grows"), and a job this
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from solver.preemption import remaining_s
+from solver.preemption import ROUNDS_PER_RESTART, remaining_s
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
 #: the saving a count change must buy, in restarts' costs: the change and the way back
@@ -130,11 +131,12 @@ def size(
     cost_s: float,
     costs: Mapping[Any, Any] | None = None,
     fixed: frozenset[Any] = frozenset(),
+    rounds_per_restart: int = ROUNDS_PER_RESTART,
 ) -> tuple[RoundDecision, dict[Any, Sizing]]:
     """(the decision with each elastic job on its count, {job: Sizing} of every job not on its base count or moved
     off the count it ran on).  `cost_s`: a count change's cost (a restart; `costs`: measured per job); `fixed`: jobs
     left on their base count and not started small (jobs whose preemption is under way; the round loop's retry when
-    a gang fits no node)."""
+    a gang fits no node); `rounds_per_restart`: the gate's restart bound, which a running job's growth keeps too."""
     costs = costs or {}
     rd = _Round(view, decision, horizon(view, decision))
     jobs = rd.jobs
@@ -220,7 +222,9 @@ def size(
         start = before if before is not None else j.num_gpus
         back_up = before is not None and before < j.num_gpus == n  # decided in 1
         if n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
-            if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None):
+            if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None) or (
+                before is not None and (j.restarts + 1) * rounds_per_restart * view.round_length > j.run_time
+            ):
                 n = start
         if n == j.num_gpus and before in (None, n):
             continue

@@ -11,6 +11,8 @@ bound keeps, its own user's first, then those of users who would still hold at l
 the bound never buys a user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the
 longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes
 before the bound on another's restarts); when those do not free enough GPUs of its type it is preempted after all.
+An elastic job that runs on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart
+bound, and one the gate keeps for a waste it saves keeps only those GPUs (`held`).
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
 next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
@@ -128,8 +130,18 @@ def gate(
         off = plan.next_offset * view.round_length if plan is not None and plan.next_offset else None
         measured = j.job_id in costs and costs[j.job_id] is not None
         cost = float(costs[j.job_id]) if measured else float(default_cost_s)
+        # a job on fewer GPUs than it asked runs on idle ones lent to it (solver/elastic.py): the restart bound does
+        # not keep it from the jobs the round runs
+        lent = held(j) < j.num_gpus
         verdicts[j.job_id] = verdict(
-            off, cost, remaining_s(j, plan), view.round_length, measured, j.restarts, j.run_time, rounds_per_restart
+            off,
+            cost,
+            remaining_s(j, plan),
+            view.round_length,
+            measured,
+            j.restarts,
+            j.run_time,
+            0 if lent else rounds_per_restart,
         )
     # the jobs closest to their end first: they lose the most by a preemption
     for j in sorted(

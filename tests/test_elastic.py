@@ -123,12 +123,19 @@ def test_fewer_gpus_rather_than_none():
     assert "w" not in d.run
 
 
-def test_a_kept_job_that_ran_small_keeps_its_few_gpus():
-    j = jv("k", gpus=4, ran=True, running=2, run_s=100.0, left_s=5000.0)
-    assert held(j) == 2 and held(jv("g", gpus=2, ran=True, running=8)) == 2 and held(jv("r", elastic=False)) == 1
-    view = ClusterView(0.0, 3, ROUND, 4, (j, jv("n", gpus=2, elastic=False)))
-    d = decided(view, ["n"], {"n": JobPlan("n", rule="deadline"), "k": JobPlan("k", next_offset=5)})
-    g, _ = gate(view, d, {}, COST)  # the restart bound keeps it (100 s of run)
+def test_a_job_on_lent_gpus_is_not_kept_by_the_restart_bound_and_a_kept_one_keeps_only_those():
+    assert held(jv("k", gpus=4, ran=True, running=2)) == 2
+    assert held(jv("g", gpus=2, ran=True, running=8)) == 2 and held(jv("r", elastic=False)) == 1
+    plans = {"n": JobPlan("n", rule="deadline"), "k": JobPlan("k", next_offset=5)}
+    # 100 s of run: the restart bound would keep a job on its own count; one on 2 of its 4 GPUs gives them back ...
+    small = jv("k", gpus=4, ran=True, running=2, run_s=100.0, left_s=5000.0)
+    view = ClusterView(0.0, 3, ROUND, 4, (small, jv("n", gpus=4, elastic=False)))
+    g, verdicts = gate(view, decided(view, ["n"], plans), {}, COST)
+    assert "k" not in g.run and verdicts["k"].pays
+    # ... and its last round of work keeps it, on those 2 GPUs only
+    last = replace(small, total_steps=60.0 * SCALING[4])
+    view = ClusterView(0.0, 3, ROUND, 4, (last, jv("n", gpus=2, elastic=False)))
+    g, _ = gate(view, decided(view, ["n"], plans), {}, COST)
     assert g.plans["k"].rule == "kept" and gpus(g, "k") == 2 and gpus(g, "n") == 2
 
 

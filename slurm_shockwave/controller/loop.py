@@ -167,7 +167,9 @@ class RoundLoop:
         if sizing:
             costs = self.backend.preemption_costs()
             stopping = frozenset(self.backend.stopping())
-            sized, self.last_resizes = elastic.size(view, decision, self.preemption_cost_s or 0.0, costs, stopping)
+            sized, self.last_resizes = elastic.size(
+                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart
+            )
             sized = check_decision(view, sized)
         if view.nodes:
             moves = getattr(self.policy, "moves_running_jobs", True)
@@ -175,7 +177,7 @@ class RoundLoop:
             lost = frozenset(j for j in self.last_resizes if j in sized.run and j not in placed.run)
             if lost:
                 sized, self.last_resizes = elastic.size(
-                    view, decision, self.preemption_cost_s or 0.0, costs, lost | stopping
+                    view, decision, self.preemption_cost_s or 0.0, costs, lost | stopping, self.rounds_per_restart
                 )
                 sized = check_decision(view, sized)
                 placed = assign_nodes(view, sized, moves)
