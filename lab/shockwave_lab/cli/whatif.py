@@ -187,10 +187,12 @@ def _run(
     from slurm_shockwave.cli.common import console, emit_json
     from solver.policies import default_policy
 
+    t = time.perf_counter()
     try:
         slurm, default, notes = run_both(rows, cluster, site, share_rows, slurm_round, round_length)
     except ValueError as e:
         raise OneLineError(str(e).splitlines()[0]) from None
+    timings["simulations_s"] = time.perf_counter() - t  # both, side by side where there are two CPUs
     timings["slurm_s"], timings["default_s"] = slurm.wall_s, default.wall_s
     timings["slurm_decide_s"], timings["default_decide_s"] = slurm.decide_s, default.decide_s
     t = time.perf_counter()

@@ -208,9 +208,36 @@ def run_both(
     site_policy = SiteSlurm(site_config(site), tree, fair_tree=site.fair_tree, preempt=site.preempt)
     controller = ControllerConfig(round_seconds=default_round_s)
     early = controller.early_round_timing
-    slurm = simulate(jobs, tables, cluster, site_policy, slurm_round_s, gpn, early, None, entries)
-    slurm.policy = "slurm (site)"
     load_policy_plugins()
     pol = make_policy(default_policy().name)
-    default = simulate(jobs, tables, cluster, pol, default_round_s, gpn, early, controller.preemption_cost_s, entries)
+    both = [
+        (jobs, tables, cluster, site_policy, slurm_round_s, gpn, early, None, entries),
+        (jobs, tables, cluster, pol, default_round_s, gpn, early, controller.preemption_cost_s, entries),
+    ]
+    slurm, default = _in_parallel(both)
+    slurm.policy = "slurm (site)"
     return slurm, default, notes
+
+
+def _simulate(args: tuple) -> Run:
+    return simulate(*args)
+
+
+def _in_parallel(calls: list) -> list:
+    """`simulate` of each argument tuple, in processes of their own where the machine has more than one CPU (the two
+    simulations are independent and each is single-threaded); in this process otherwise, or when processes cannot be
+    started (a restricted sandbox: the same results, one after the other)."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    workers = min(len(calls), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if workers > 1:
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                return list(pool.map(_simulate, calls))
+        except (OSError, BrokenProcessPool, ValueError):
+            pass
+    return [simulate(*c) for c in calls]
