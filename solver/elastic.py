@@ -20,8 +20,9 @@ with `Policy.sizes_elastic_jobs`) and uses only GPUs the round leaves idle; it n
 4. **A change pays for itself.**  Any count other than the one a job ran on is kept only when the time it saves
    over the loan (`horizon`: until the policy plans to start a waiting job, at most its window) exceeds its
    restarts: the change itself for a running job, and the way back (`pays`); a running job grows only within the
-   gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py).  A job's new
-   count is else the one it ran on, or its base count.  A job without a range never changes count.
+   gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py), but for one
+   that began since the last round (on Slurm, a job starts on its own count when GPUs are free, before the round).
+   A job's new count is else the one it ran on, or its base count.  A job without a range never changes count.
 
 Every count other than the base is recorded on the job's plan (`JobPlan.gpus`, `JobPlan.resize`: one human line
 for `status` and `explain`, e.g. "4 GPUs (asked 2): idle capacity; back to 2 when the queue grows"), and a job this
@@ -223,7 +224,9 @@ def size(
         back_up = before is not None and before < j.num_gpus == n  # decided in 1
         if n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
             if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None) or (
-                before is not None and (j.restarts + 1) * rounds_per_restart * view.round_length > j.run_time
+                before is not None
+                and not _just_started(j, view)
+                and (j.restarts + 1) * rounds_per_restart * view.round_length > j.run_time
             ):
                 n = start
         if n == j.num_gpus and before in (None, n):
@@ -243,6 +246,13 @@ def size(
         plans[jid] = replace(plans.get(jid) or JobPlan(jid), gpus=n, resize=text, rule=rule, next_offset=0)
     run += [jid for jid in started if jid in placement]
     return replace(decision, run=tuple(run), placement=placement, plans=plans), out
+
+
+def _just_started(job: JobView, view: ClusterView) -> bool:
+    """It began since the last round and never restarted: Slurm starts a job on its own count as soon as GPUs are free,
+    before the controller's round; the round treats its growth as a start's (its change and the way back pay), not
+    as a thrash (the restart bound)."""
+    return job.restarts == 0 and job.run_time < view.round_length
 
 
 def _cost(costs: Mapping[Any, Any], jid: Any, default: float) -> float:

@@ -116,6 +116,14 @@ def test_a_resize_is_done_when_it_runs_at_its_count_and_wasted_when_changed_agai
     exported = {s.labels["outcome"]: s.value for f in metrics.registry.collect() if f.name == "shockwave_resizes"
                 for s in f.samples if s.name == "shockwave_resizes_total"}
     assert exported == {"started": 2.0, "done": 1.0, "wasted": 1.0}
+    # a job that ran at its new count and ended within the round that released it is done; one that ended before it
+    # restarted (its start older than the change) is not
+    log = ResizeLog(StateStore(tmp_path / "t.sqlite"))
+    log.started(6, 1, 8, 200.0, 60.0)
+    log.started(7, 1, 8, 200.0, 60.0)
+    log.observe({6: Job(finished=True, state="COMPLETED", gpus=8, start_time=210),
+                 7: Job(finished=True, state="COMPLETED", gpus=1, start_time=150)}, 260.0, 60.0)
+    assert log.counts == {"started": 2, "done": 1, "wasted": 0} and not log.open
 
 
 def test_an_elastic_update_names_its_nodes_and_a_running_one_is_preempted_first():

@@ -180,6 +180,10 @@ class ResizeLog:
         for key, entry in list(self.open.items()):
             j = jobs.get(int(key))
             if j is None or j.finished:
+                # it ran at its new count and ended within the round that released it: done all the same
+                started = j is not None and j.start_time and j.start_time >= entry["t"]
+                if j is not None and entry["ran_at"] is None and started and max(j.gpus, 1) == entry["to"]:
+                    self._count("done")
                 del self.open[key]
                 continue
             if entry["ran_at"] is None and j.state == "RUNNING" and max(j.gpus, 1) == entry["to"]:
