@@ -14,6 +14,13 @@ average JCT, worst rho and unfair fraction).  `--from-json A.json B.json` rewrit
 
 (reading.md: the doc's "## Reading" sections, which it appends; `--resim` also recomputes each result's simulated
 column and spread from the inputs it keeps and writes them back into its JSON).
+
+`--elastic N` (issue 34) replays a generated trace instead, every job elastic from 1 GPU up to N, on `--gpus` GPUs
+(`--nodes` nodes, N at most a node's GPUs), and writes only the doc's section "Elastic jobs (issue 34)"
+(`elastic_section`; a rewrite of the doc keeps it):
+
+    nice -n 10 .venv/bin/python bench/replay.py --elastic 8 --jobs 16 --gpus 16 --nodes 2 --time-scale 15
+    .venv/bin/python bench/replay.py --elastic-from bench/results/replay/elastic8-....json --notes reading.md
 """
 from __future__ import annotations
 
@@ -32,6 +39,11 @@ from slurm_shockwave.strict_json import dumps
 
 RESULTS = ROOT / "bench" / "results" / "replay"
 DOC = ROOT / "docs" / "replay.md"
+ELASTIC_HEAD = "## Elastic jobs (issue 34)"
+#: the models whose every batch size has a throughput on 1, 2, 4 and 8 GPUs and divides by each: the counts the
+#: simulator offers are the controller's (replay/plan.py `check_counts`); LM's batch sizes (5 x 2^k) and
+#: Recommendation (profiled on 1 GPU only) would not be
+ELASTIC_MODELS = ("ResNet-18", "ResNet-50", "Transformer")
 
 
 #: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since its controller starts
@@ -150,6 +162,9 @@ def write_doc(results: list[dict], notes: str = "") -> None:
     summary = aggregate(results)
     if summary:
         parts.append(summary)
+    kept = _elastic_text(DOC.read_text()) if DOC.exists() else ""
+    if kept:
+        parts.append(kept)
     if notes:
         parts.append(notes)
     DOC.write_text("\n".join(parts))
@@ -162,8 +177,8 @@ GPUs each, submits every job of the bundled 120-job trace at its arrival / S (S:
 users, round robin, and runs it to the end: with the controller in authoritative mode (rounds of 120 s / S) or,
 for policy `slurm`, with no controller (Slurm's multifactor priority and backfill). Fair-share is real since
 2026-11-26 16:00 (slurmdbd and MariaDB beside the cluster, one account per user at 1 share; the site's settings and
-their trace-time model: `slurm_shockwave/replay/site.py`); the runs before had it inert. Every job is an
-emulated training program (`slurm_shockwave/replay/emujob.py`) under
+their trace-time model: `lab/shockwave_lab/replay/site.py`); the runs before had it inert. Every job is an
+emulated training program (`lab/shockwave_lab/replay/emujob.py`) under
 the real wrapper (`shockwave-run`), reporting every epoch through the Training API to the real event store,
 checkpointing after each epoch (every k-th for epochs shorter than 0.25 s of wall time) and on Slurm's signal,
 and resuming after the requeue; an epoch sleeps its profiled duration at its batch size (GNS / Accordion
@@ -173,7 +188,7 @@ or a daemon is left behind.
 The simulated column runs the same trace (same users) in the simulator with the restart cost measured in the
 real run (from the controller's release of a requeued job to the moment its program resumes work) as the
 restart penalty and as the preemption gate's cost; plain Slurm is simulated by the `slurm-multifactor` model with
-the cluster's settings in trace time (`slurm_shockwave/replay/site.py`): its PriorityCalcPeriod (1 wall minute),
+the cluster's settings in trace time (`lab/shockwave_lab/replay/site.py`): its PriorityCalcPeriod (1 wall minute),
 time limits in whole wall minutes, rounds of its scheduler pass (1 wall second) and, since 2026-11-26 22:30, the
 fair-share and job-size factors as sprio and sshare show them on this cluster (below: "The model of plain Slurm").
 Each result also holds the simulated spread: 16 simulations with every arrival moved by up to 1 wall second.
@@ -188,10 +203,94 @@ its poll and minimum gap scaled from production's 5 s to 0.5 wall s (`replay/sit
 the simulated column follows the same rule in trace seconds (`sim/cluster.py` early rounds); before, the gap was
 the whole round, so the rule never fired, and the simulator had no such rule.
 All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
-`slurm_shockwave/replay/collect.py`.
+`lab/shockwave_lab/replay/collect.py`.
 
 ## Runs
 """
+
+
+def _elastic_text(doc: str) -> str:
+    """The doc's elastic section (to the next "## " heading), or ""."""
+    at = doc.find(ELASTIC_HEAD)
+    if at < 0:
+        return ""
+    end = doc.find("\n## ", at + len(ELASTIC_HEAD))
+    return doc[at:] if end < 0 else doc[at:end + 1]
+
+
+def elastic_trace(path: Path, jobs: int, seed: int, table) -> Path:
+    """A generated trace of `jobs` jobs of ELASTIC_MODELS (1-4 GPUs, 0.1-0.5 h, the CI trace's mix): the first of a
+    longer generated one whose model is one of them, with their arrivals as generated."""
+    from shockwave_lab.workload.generate import GeneratorOptions, generate, trace_text
+    opts = GeneratorOptions(jobs=6 * jobs, seed=seed, interarrival=40, min_hours=0.1, max_hours=0.5,
+                            gpu_mix=(0.5, 0.35, 0.15, 0.0), max_gpus=4)
+    kept = [j for j in generate(opts, table) if j.model in ELASTIC_MODELS][:jobs]
+    if len(kept) < jobs:
+        raise ValueError(f"only {len(kept)} jobs of {', '.join(ELASTIC_MODELS)} in {opts.jobs} generated")
+    path.write_text(trace_text(kept))
+    return path
+
+
+def elastic_section(res: dict, notes: str = "") -> str:
+    real, sim, dev = res["real"], res["simulated"], res["deviation"]
+    load = " / ".join(f"{x:.1f}" for x in res["load_before"]) + " before, " + \
+        " / ".join(f"{x:.1f}" for x in res["load_after"]) + " after"
+    met = [f"makespan within 5% of the simulator: {_ok(abs(dev['makespan_s']) <= 0.05)} "
+           f"(real / simulated {real['makespan_s'] / sim['makespan_s']:.3f})",
+           f"average JCT within 5%: {_ok(abs(dev['avg_jct_s']) <= 0.05)} "
+           f"(real / simulated {real['avg_jct_s'] / sim['avg_jct_s']:.3f})",
+           f"every count change counted: {_ok(real['count_changes'] == real['resizes_done'])} ({real['count_changes']} "
+           f"runs on another count than the run before, {real['resizes_done']} resizes done)",
+           f"none wasted: {_ok(real['wasted_resizes'] == 0)} ({real['wasted_resizes']} wasted of "
+           f"{real['resizes']} started; simulated {sim['wasted_resizes']} of {sim['resizes']})"]
+    return (f"{ELASTIC_HEAD}\n\n"
+            f"    {res.get('command')}\n\n"
+            f"{res['date']}; Slurm {res['slurm_version']}; {res['jobs']} jobs of {', '.join(ELASTIC_MODELS)} (a "
+            f"generated trace, `elastic_trace`), every one elastic from 1 GPU up to {res['elastic']}; {res['gpus']} "
+            f"GPUs on {res['nodes']} nodes, {res['users']} users; policy {res['policy']}; rounds {res['round_seconds']:g} s; "
+            f"wall {res['wall_s']:.0f} s ({res['wall_s'] / 60:.1f} min); load average (1/5/15 min) {load} on "
+            f"{res['cpus']} cores; restart cost measured {res['restart_cost_s'] or 0:.0f} trace s (mean of "
+            f"{real['restart_cost_n']}); {real.get('rounds') or '-'} controller rounds. Real count changes: the "
+            f"controller's `shockwave_resizes_total{{outcome}}` (its ResizeLog) started {real['resizes']}, done "
+            f"{real['resizes_done']}, wasted {real['wasted_resizes']}; {real['gpu_updates']} `scontrol update` of a "
+            f"request; simulated: {sim['grown']} grown, {sim['shrunk']} shrunk, {sim['wasted_resizes']} changed "
+            "again within a round.\n\n"
+            + render_markdown(res) + "\n\n" + "\n".join(f"- {t}" for t in met) + "\n"
+            + (f"\n{notes.strip()}\n" if notes.strip() else ""))
+
+
+def write_elastic(res: dict, notes: str = "") -> None:
+    """The doc's elastic section replaced (or put before its first "## Reading"); `notes`: its reading."""
+    doc = DOC.read_text()
+    new, old = elastic_section(res, notes), _elastic_text(doc)
+    if old:
+        doc = doc.replace(old, new + "\n")
+    else:
+        at = doc.find("\n## Reading")
+        doc = doc + "\n" + new if at < 0 else doc[:at + 1] + new + "\n" + doc[at + 1:]
+    DOC.write_text(doc)
+
+
+def run_elastic(args) -> dict:
+    from shockwave_lab.workload.throughputs import ThroughputTable
+    from slurm_shockwave.policy_settings import default_name
+    thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M")
+    trace = elastic_trace(RESULTS / f"elastic-{args.jobs}jobs-seed{args.seed}.trace", args.jobs, args.seed,
+                          ThroughputTable.load(thr))
+    cmd = ["--trace", str(trace.relative_to(ROOT)), "--gpus", str(args.gpus), "--nodes", str(args.nodes),
+           "--users", "4", "--time-scale", f"{args.time_scale:g}", "--elastic", str(args.elastic)]
+    res = replay(str(trace), str(thr), gpus=args.gpus, nodes=args.nodes, time_scale=args.time_scale,
+                 policy=default_name(), users=4, out=lambda m: print(m, flush=True), argv=["replay", *cmd],
+                 elastic=args.elastic)
+    res["command"] = (f"nice -n 10 .venv/bin/python bench/replay.py --elastic {args.elastic} --jobs {args.jobs} "
+                      f"--seed {args.seed} --gpus {args.gpus} --nodes {args.nodes} --time-scale {args.time_scale:g}"
+                      f"  (= shockwave replay {' '.join(cmd)})")
+    path = RESULTS / f"elastic{args.elastic}-s{args.time_scale:g}-{stamp}.json"
+    path.write_text(dumps(res, indent=1))
+    print(f"elastic: wall {res['wall_s']:.0f} s; deviation {res['deviation']}; kept {path}", flush=True)
+    return res
 
 
 def _inputs(res: dict):
@@ -235,8 +334,26 @@ def main(argv=None):
     ap.add_argument("--notes", default="", help="a file whose text is appended to the doc (the reading)")
     ap.add_argument("--resim", action="store_true", help="with --from-json: recompute the simulated columns and "
                     "spreads (the simulator's inputs are in the result: trace, restart cost) and keep them")
+    ap.add_argument("--elastic", type=int, default=None, help="every job elastic up to N GPUs: a generated trace "
+                    "(--jobs, --seed) on --gpus/--nodes; writes the doc's elastic section only")
+    ap.add_argument("--elastic-from", default=None, help="rewrite the elastic section from this kept result "
+                    "(with --notes: its reading)")
+    ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--gpus", type=int, default=16)
+    ap.add_argument("--nodes", type=int, default=2)
     args = ap.parse_args(argv)
     notes = Path(args.notes).read_text() if args.notes else ""
+    if args.elastic_from:
+        write_elastic(json.loads(Path(args.elastic_from).read_text()), notes)
+        return
+    if args.elastic:
+        res = run_elastic(args)
+        if not args.no_doc:
+            write_elastic(res, notes)
+            print(f"wrote the elastic section of {DOC}")
+        print(f"load average at the end: {os.getloadavg()}")
+        return
     if args.from_json:
         results = [json.loads(Path(p).read_text()) for p in args.from_json]
         if args.resim:

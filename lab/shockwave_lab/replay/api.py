@@ -5,19 +5,22 @@ import os
 import shlex
 import time
 
-from shockwave_lab.simulate import load_workload
+from shockwave_lab.simulate import elastic_jobs, load_workload
 from shockwave_lab.workload.throughputs import ThroughputTable
 from shockwave_lab.replay import compare, plan
 from shockwave_lab.replay.collect import measure
 from shockwave_lab.replay.run import Replay
 
 
-def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None):
-    """(ReplayJobs, JobSpecs with the replay's users, throughput table) of a trace."""
+def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None, elastic: int | None = None):
+    """(ReplayJobs, JobSpecs with the replay's users, throughput table) of a trace; `elastic`: every job elastic from
+    1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them."""
     table = ThroughputTable.load(throughputs)
     specs = load_workload(trace, table, gpus)
     if first:
         specs = sorted(specs, key=lambda s: (s.arrival_time, s.job_id))[:first]
+    if elastic is not None:
+        specs = elastic_jobs(specs, elastic)
     jobs = plan.plan_jobs(specs, table, plan.users(users))
     return jobs, plan.with_users(specs, jobs), table
 
@@ -31,15 +34,16 @@ def start_cost(real: dict) -> float:
 
 def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float = 30.0, policy: str = "shockwave",
            users: int = 4, first: int | None = None, out=print, keep: bool = False, slurm: str | None = None,
-           timeout_s: float | None = None, progress_every: float = 15.0, argv=None) -> dict:
+           timeout_s: float | None = None, progress_every: float = 15.0, argv=None, elastic: int | None = None) -> dict:
     """The result: {"real": {...}, "simulated": {...}, "deviation": {...}, ...} (all times in trace seconds)."""
-    jobs, specs, table = load(trace, throughputs, gpus, users, first)
+    jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic)
     if policy != "slurm":
         from solver.policies import policy_class
         policy_class(policy)                         # an unknown name fails here, before a cluster starts
     guess = compare.simulate(specs, table, gpus, nodes, policy, 20.0, time_scale)
     expected = guess["makespan_s"] / time_scale
-    out(f"{len(jobs)} jobs, {gpus} GPUs on {nodes} nodes, users {', '.join(plan.users(users))}; time scale "
+    kind = f" elastic up to {elastic} GPUs" if elastic else ""
+    out(f"{len(jobs)} jobs{kind}, {gpus} GPUs on {nodes} nodes, users {', '.join(plan.users(users))}; time scale "
         f"{time_scale:g} (rounds of {120 / time_scale:g} s); the simulator expects a makespan of "
         f"{guess['makespan_s']:,.0f} trace s = {expected:.0f} s here")
     r = Replay(jobs, gpus=gpus, nodes=nodes, time_scale=time_scale, policy=policy, out=out, keep=keep, slurm=slurm,
@@ -50,7 +54,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     cost = real.get("restart_cost_s")
     sim = compare.simulate(specs, table, gpus, nodes, policy, start_cost(real), time_scale)
     return {"policy": policy, "time_scale": time_scale, "round_seconds": 120 / time_scale, "gpus": gpus,
-            "nodes": nodes, "jobs": len(jobs), "users": users, "trace": str(trace),
+            "nodes": nodes, "jobs": len(jobs), "users": users, "trace": str(trace), "elastic": elastic,
             "slurm_version": raw["slurm_version"], "wall_s": round(raw["wall_s"], 1),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),

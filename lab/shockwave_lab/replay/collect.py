@@ -16,6 +16,12 @@ submitting = the trace's time 0), so they compare with the simulator's directly.
   system (from the latest first arrival of a user to the earliest last completion), from the timelines.
 * checks: every job COMPLETED, every epoch reported exactly once over all its runs (none lost, none
   repeated), the epochs' batch sizes as the schedule says.
+* elastic jobs: each run's GPU count from the wrapper's `start` event (what `SHOCKWAVE_GPUS` told the program);
+  `count_changes`: a first run on another count than the job asked for, and each run on another count than the run
+  before (what Slurm did); `resizes`: the controller's own count (`ResizeLog`, its state's "resizes": the
+  `shockwave_resizes_total{outcome}` metric); `requests`: each job's GPU requests its journal's `update_gpus` actions
+  set (a change decided and then changed again before the job started shows there, not in its runs).  GPU-seconds
+  (busy GPUs, per-user shares) count each run at its own count.
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from shockwave_lab.replay.errors import ReplayError
 
 def _journal(root: Path) -> dict:
     db = root / "state" / "state.sqlite"
-    out = {"release": {}, "rounds": [], "preemptions": {}}
+    out = {"release": {}, "rounds": [], "preemptions": {}, "resizes": {}, "requests": {}}
     if not db.exists():
         return out
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
@@ -42,9 +48,14 @@ def _journal(root: Path) -> dict:
             out["release"].setdefault((str(job), int(rc or 0)), []).append(float(ts))
         out["rounds"] = [float(t) for (t,) in con.execute("SELECT started FROM rounds WHERE started IS NOT NULL "
                                                          "ORDER BY round")]
-        row = con.execute("SELECT value FROM kv WHERE key='preemptions'").fetchone()
-        if row:
-            out["preemptions"] = (json.loads(row[0]) or {}).get("counts", {})
+        for key in ("preemptions", "resizes"):
+            row = con.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+            if row:
+                out[key] = (json.loads(row[0]) or {}).get("counts", {})
+        for job, value in con.execute("SELECT job_id, value FROM actions WHERE verb='update_gpus' AND status='done' "
+                                      "ORDER BY id"):
+            per_node, _, nodes = json.loads(value).partition("/")     # [type:]N per node, /k on k nodes
+            out["requests"].setdefault(str(job), []).append(int(per_node.split(":")[-1]) * int(nodes or 1))
     finally:
         con.close()
     return out
@@ -87,10 +98,12 @@ def gather(replay) -> dict:
         runs: dict[int, dict] = {}
         for rec in tl:
             runs.setdefault(int(rec["run"]), {})[rec["ev"]] = float(rec["t"])
-        segments = [(r["work_start"], r.get("work_end", finish or r["work_start"]))
-                    for r in runs.values() if "work_start" in r]
-        restart_costs, placement, startup = [], [], []
         started = {int(e.restart): e.ts for e in events if e.kind == "start"}
+        counts = [int(e.gpus or j.gpus) for e in sorted((e for e in events if e.kind == "start"),
+                                                       key=lambda e: int(e.restart))]
+        segments = [(r["work_start"], r.get("work_end", finish or r["work_start"]), gpus_of(tl, n, j.gpus))
+                    for n, r in runs.items() if "work_start" in r]
+        restart_costs, placement, startup = [], [], []
         for r, rec in sorted(runs.items()):
             if "work_start" not in rec:
                 continue
@@ -114,12 +127,23 @@ def gather(replay) -> dict:
                      "segments": segments, "restart_costs": restart_costs, "checkpoint_s": checkpoint_s,
                      "placement_s": placement, "startup_s": startup,
                      "latency": runs.get(0, {}).get("latency"), "first_startup": runs.get(0, {}).get("startup"),
-                     "epochs": sum(epochs.values())})
+                     "epochs": sum(epochs.values()), "counts": counts,
+                     "requests": journal["requests"].get(str(jid), []),
+                     "count_changes": sum(a != b for a, b in zip([j.gpus, *counts], counts, strict=False))})
     if problems:
         raise ReplayError("the replay lost or repeated work:\n  " + "\n  ".join(problems[:20]))
     return {"jobs": jobs, "t0": replay.t0, "journal": {"preemptions": journal["preemptions"],
-                                                     "rounds": len(journal["rounds"])},
+                                                     "rounds": len(journal["rounds"]), "resizes": journal["resizes"],
+                                                     "gpu_updates": sum(map(len, journal["requests"].values()))},
             "root": str(replay.root), "slurm_version": replay.cluster.slurm_version}
+
+
+def gpus_of(timeline: list[dict], run: int, asked: int) -> int:
+    """The GPUs run `run` worked on (its timeline's `work_start`), else the job's own count."""
+    for rec in timeline:
+        if int(rec["run"]) == run and rec["ev"] == "work_start" and rec.get("gpus"):
+            return int(rec["gpus"])
+    return asked
 
 
 def _mean(xs):
@@ -153,13 +177,13 @@ def measure(raw: dict, jobs, scale: float, gpus: int, policy: str) -> dict:
     for r in raw["jobs"]:
         j = by[r["name"]]
         a, f = (r["submit"] - t0) * scale, (r["finish"] - t0) * scale
-        busy = sum(y - x for x, y in r["segments"]) * scale
+        busy = sum(y - x for x, y, _g in r["segments"]) * scale
         records.append(JobRecord(j.index, j.user, j.gpus, a, f, j.isolated_s, busy, 0, r["restarts"]))
-        intervals += [(j.user, (x - t0) * scale, (y - t0) * scale, j.gpus) for x, y in r["segments"]]
+        intervals += [(j.user, (x - t0) * scale, (y - t0) * scale, g) for x, y, g in r["segments"]]
         arrivals.setdefault(j.user, []).append(a)
         finishes.setdefault(j.user, []).append(f)
     m = compute(f"real {policy}", records, gpus, n_trace=len(jobs),
-                busy_gpu_seconds=sum(x.run_time * x.num_gpus for x in records),
+                busy_gpu_seconds=sum((y - x) * g for _u, x, y, g in intervals),
                 start_time=min(j.arrival_s for j in jobs))
     costs = [c for r in raw["jobs"] for c in r["restart_costs"]]
     out = figures(m)
@@ -177,11 +201,17 @@ def measure(raw: dict, jobs, scale: float, gpus: int, policy: str) -> dict:
     if counts:
         out["wasted_preemptions"] = counts.get("wasted", 0)
         out["preemptions"] = counts.get("preempted", 0)
+    resizes = raw["journal"].get("resizes") or {}
+    if resizes or any(j.gpus_range for j in jobs):
+        out.update(resizes=resizes.get("started", 0), resizes_done=resizes.get("done", 0),
+                   wasted_resizes=resizes.get("wasted", 0), gpu_updates=raw["journal"].get("gpu_updates", 0),
+                   count_changes=sum(r.get("count_changes", 0) for r in raw["jobs"]))
     out["rounds"] = raw["journal"].get("rounds") or None
     out["per_job"] = {r["name"]: round((r["finish"] - r["submit"]) * scale, 1) for r in raw["jobs"]}
     out["jobs_detail"] = [{"name": r["name"], "job_id": r["job_id"], "user": r["user"], "gpus": r["gpus"],
                            "mode": by[r["name"]].mode, "model": by[r["name"]].model, "state": r["state"],
                            "epochs": f"{r['epochs']}/{by[r['name']].epochs}", "restarts": r["restarts"],
+                           "counts": r.get("counts"), "requests": r.get("requests"),
                            "submit_s": round((r["submit"] - t0) * scale, 1),
                            "jct_s": round((r["finish"] - r["submit"]) * scale, 1)} for r in raw["jobs"]]
     out["completed"] = sum(r["state"] == "COMPLETED" for r in raw["jobs"])

@@ -11,6 +11,11 @@ For policy "slurm" (no controller) the model of a Slurm site is the `slurm-multi
 cluster's settings in trace seconds (site.py): its PriorityCalcPeriod, and rounds of its scheduler pass (1 s of wall
 time) rather than 120 s.  `spread` runs either with the arrivals moved by up to 1 s of wall time, as the real
 cluster moves them.
+
+Elastic jobs (`replay --elastic N`) carry their range in the JobSpecs (replay/api.py `load`), so the simulated column
+runs them as `simulate --elastic N` does.  Its count changes (`sim_resizes`) are read from the round log as the round
+loop counts them (`RoundLoop.resizes`: a job placed on another count than it ran on, or than its own when it did not
+run), and one is wasted, as the controller's ResizeLog says, when the job's next change comes less than a round after.
 """
 from __future__ import annotations
 
@@ -30,6 +35,9 @@ KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), 
         ("ftf_dynamic_worst", "dynamic FTF worst", 3), ("ftf_dynamic_p95", "dynamic FTF p95", 3),
         ("ftf_dynamic_unfair", "dynamic FTF unfair (%)", 1), ("restarts", "restarts", 0),
         ("wasted_preemptions", "wasted preemptions", 0), ("utilization", "GPU utilisation", 3))
+#: the rows of a replay with elastic jobs: the count changes (real: the controller's ResizeLog)
+ELASTIC_KEYS = (("resizes", "GPU count changes started", 0), ("resizes_done", "GPU count changes done", 0),
+                ("wasted_resizes", "wasted count changes", 0))
 SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
@@ -53,13 +61,43 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
         end = r.round_log[i + 1].view.now if i + 1 < len(r.round_log) else max(finish.values())
         for jid in rec.decision.run:
             s = spec[jid]
-            intervals.append((s.user, rec.view.now, min(end, finish.get(jid, end)), s.num_gpus))
+            intervals.append((s.user, rec.view.now, min(end, finish.get(jid, end)), _placed(rec, jid, s.num_gpus)))
     out = figures(r.metrics)
     out.update(policy=model, restarts=sum(rec.restarts for rec in r.records),
                wasted_preemptions=r.preemptions["wasted"], preemptions=r.preemptions["preempted"],
                rounds=r.rounds, restart_penalty_s=restart_cost, user_share=_share(intervals, r.records),
                per_job={f"t{int(rec.job_id):03d}": round(rec.jct, 1) for rec in r.records})
+    if any(s.gpus_range for s in specs):
+        out.update(sim_resizes(r.round_log, round_s))
     return out
+
+
+def _placed(rec, jid, asked: int) -> int:
+    """The GPUs a round gave a job (its placement), else the count it asked for."""
+    by = rec.decision.placement.get(jid) if rec.decision.placement else None
+    return sum(by.values()) if by else asked
+
+
+def sim_resizes(round_log, round_s: float) -> dict:
+    """The simulated count changes: {"resizes", "resizes_done", "wasted_resizes", "grown", "shrunk"} (module
+    docstring); in the simulator a change is done when it is made (the job runs the round at its new count)."""
+    grown = shrunk = wasted = 0
+    last: dict = {}                                   # job -> when its last change was made
+    for rec in round_log:
+        views = {j.job_id: j for j in rec.view.jobs}
+        for jid in rec.decision.run:
+            v = views.get(jid)
+            if v is None or v.gpus_range is None:
+                continue
+            before, after = v.running_gpus or v.num_gpus, _placed(rec, jid, v.num_gpus)
+            if after == before:
+                continue
+            grown, shrunk = grown + (after > before), shrunk + (after < before)
+            if jid in last and rec.view.now - last[jid] < round_s:
+                wasted += 1
+            last[jid] = rec.view.now
+    return {"resizes": grown + shrunk, "resizes_done": grown + shrunk, "wasted_resizes": wasted, "grown": grown,
+            "shrunk": shrunk}
 
 
 def _share(intervals, records) -> dict:
@@ -114,7 +152,7 @@ def rows(result: dict) -> list[list[str]]:
     """[label, real, simulated, deviation] rows of one replay's result."""
     real, sim, dev = result["real"], result["simulated"], result.get("deviation", {})
     out = []
-    for key, label, nd in KEYS:
+    for key, label, nd in KEYS + (ELASTIC_KEYS if result.get("elastic") else ()):
         d = dev.get(key)
         dtext = "" if d is None else (f"{100 * d:+.1f}%" if key.endswith("_s") else f"{d:+.{max(nd, 1)}f}")
         out.append([label, fmt_figure(real.get(key), nd), fmt_figure(sim.get(key), nd), dtext])

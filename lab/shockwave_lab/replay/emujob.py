@@ -9,10 +9,15 @@ sleeps the profiled duration of the trace job's epoch at its batch size of that 
 (`schedule[e]`, `epoch_s[bs]`, replay/plan.py), divided by the time scale.  Dozens of them share 2 cores
 without slowing each other (each is a sleeping process that wakes 10 times a second).
 
-Preemption: on the checkpoint signal (or SIGTERM) the epoch in progress is left and the seconds of it already
-done are saved in the checkpoint, so the next run resumes the same epoch where it stopped (the simulator keeps
-a preempted job's iterations the same way); the wrapper then requeues the job.  An epoch's report carries the
-batch size it ran at and the time it took in this run (measured by `Training`, as for any program).
+Preemption: on the checkpoint signal (or SIGTERM) the epoch in progress is left and the part of it already
+done (a fraction of the epoch) is saved in the checkpoint, so the next run resumes the same epoch where it stopped
+(the simulator keeps a preempted job's iterations the same way); the wrapper then requeues the job.  An epoch's
+report carries the batch size it ran at, the GPUs and the time it took in this run (measured by `Training`, as for
+any program), and the samples of the part done in this run.
+
+An elastic job (`epoch_s_by_gpus` in its spec) sleeps each epoch at the throughput of the count this run has
+(`SHOCKWAVE_GPUS`, wrapper/context.py `count_gpus`): a count change (a restart on another count) keeps the fraction
+of the epoch done and changes the length of the rest.  A count its spec has no duration for fails the job.
 
 `--timeline FILE` appends one JSON line per run when its work starts (after start-up and the checkpoint load)
 and one when it stops, with the epoch and the seconds done in it: the replay measures restart costs and each
@@ -29,22 +34,23 @@ import sys
 import time
 
 from slurm_shockwave.wrapper import Training
+from slurm_shockwave.wrapper.context import count_gpus
 
 TICK = 0.1          # seconds between two looks at the checkpoint flag while an epoch "runs"
 SAVES_PER_S = 4.0   # at most this many checkpoints a second (module docstring)
 
 
 class Emulated:
-    """The program's state: the trace seconds already done in the current (unfinished) epoch."""
+    """The program's state: the fraction of the current (unfinished) epoch already done."""
 
     def __init__(self):
-        self.in_epoch_s = 0.0
+        self.in_epoch = 0.0
 
     def state_dict(self) -> dict:
-        return {"in_epoch_s": self.in_epoch_s}
+        return {"in_epoch": self.in_epoch}
 
     def load_state_dict(self, state: dict) -> None:
-        self.in_epoch_s = float(state.get("in_epoch_s", 0.0))
+        self.in_epoch = float(state.get("in_epoch", 0.0))
 
 
 def _timeline(path, **fields) -> None:
@@ -64,9 +70,21 @@ def save_every(durations: dict, scale: float) -> int:
     return max(1, math.ceil(1.0 / (SAVES_PER_S * shortest))) if shortest > 0 else 1
 
 
+def durations_at(spec: dict, gpus: int) -> dict:
+    """{batch size: epoch trace seconds} on `gpus` GPUs: the job's own count's, or an elastic job's at `gpus`."""
+    by = spec.get("epoch_s_by_gpus") or {}
+    if not by:
+        return {int(k): float(v) for k, v in spec["epoch_s"].items()}
+    missing = sorted(int(bs) for bs, at in by.items() if str(gpus) not in at)
+    if missing:
+        raise SystemExit(f"emujob: no throughput on {gpus} GPU(s) at batch sizes {missing} (spec {spec['name']})")
+    return {int(bs): float(at[str(gpus)]) for bs, at in by.items()}
+
+
 def run(spec: dict, timeline: str | None = None) -> int:
     sched = [int(b) for b in spec["schedule"]]
-    durations = {int(k): float(v) for k, v in spec["epoch_s"].items()}
+    gpus = count_gpus()
+    durations = durations_at(spec, gpus)
     scale = float(spec["time_scale"])
     state = Emulated()
     training = Training(state, total_epochs=len(sched), samples_per_epoch=int(spec["samples"]),
@@ -75,7 +93,8 @@ def run(spec: dict, timeline: str | None = None) -> int:
     start = training.start_epoch
     if start < len(sched):
         training.batch_size = sched[start]
-    _timeline(timeline, ev="work_start", epoch=start, in_epoch_s=state.in_epoch_s)
+    first = sched[min(start, len(sched) - 1)]
+    _timeline(timeline, ev="work_start", epoch=start, in_epoch_s=state.in_epoch * durations[first], gpus=gpus)
     previous = sched[start - 1] if start > 0 else sched[0]
     # a virtual clock: each epoch ends its duration after the previous one's scheduled end, so the time spent
     # reporting and saving is absorbed by the next sleep instead of adding up over thousands of epochs
@@ -85,8 +104,8 @@ def run(spec: dict, timeline: str | None = None) -> int:
         if bs != previous:
             training.reporter.report_batch_size_change(previous, bs, reason="schedule", epoch=epoch)
             previous = bs
-        began = clock
-        deadline = began + max(0.0, durations[bs] - state.in_epoch_s) / scale
+        began, done_before = clock, state.in_epoch
+        deadline = began + max(0.0, (1.0 - done_before) * durations[bs]) / scale
         stopped = False
         while True:
             now = time.monotonic()
@@ -97,14 +116,16 @@ def run(spec: dict, timeline: str | None = None) -> int:
                 break
             time.sleep(min(TICK, deadline - now))
         if stopped:
-            state.in_epoch_s += max(0.0, time.monotonic() - began) * scale
-            _timeline(timeline, ev="work_end", epoch=epoch, in_epoch_s=state.in_epoch_s, why="checkpoint")
+            state.in_epoch = min(1.0, done_before + max(0.0, time.monotonic() - began) * scale / durations[bs])
+            _timeline(timeline, ev="work_end", epoch=epoch, in_epoch_s=state.in_epoch * durations[bs], gpus=gpus,
+                      why="checkpoint")
             break                                   # Training saves (mid-epoch) and stops: the wrapper requeues
-        state.in_epoch_s = 0.0
+        state.in_epoch = 0.0
         clock = deadline
-        training.report(batch_size=bs)
+        # a resumed epoch: the samples of the part done in this run (its throughput at this count is what it did)
+        training.report(batch_size=bs, gpus=gpus, samples=max(1, round(int(spec["samples"]) * (1.0 - done_before))))
     else:
-        _timeline(timeline, ev="work_end", epoch=None, in_epoch_s=0.0,
+        _timeline(timeline, ev="work_end", epoch=None, in_epoch_s=0.0, gpus=gpus,
                   why="stopped" if training.stopped_early else "done")
     return 0
 

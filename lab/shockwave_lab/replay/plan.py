@@ -6,6 +6,13 @@ critical regimes, exactly what the simulator's job follows), its epoch duration 
 those batch sizes on its GPUs (samples / bs / throughput, the simulator's own formula), its GPUs, arrival and
 user (round robin over `users`).  The emulated program (replay/emujob.py) sleeps each epoch's duration
 divided by the time scale; the simulator runs the same JobSpecs.
+
+An elastic job (`JobSpec.gpus_range`, set by `shockwave replay --elastic N` as `simulate --elastic N` sets it) also
+carries its epoch duration at each batch size on each GPU count the simulator offers it (`epoch_s_by_gpus`: the
+profiled counts within its range, from the same table) and declares its range in its comment (`gpus=MIN-MAX`; its
+`--gres` stays its own count).  `check_counts` refuses a job the controller could give a count the table has no
+throughput for, or deny one the simulator offers (the controller's counts divide the batch and fit a node:
+slurm/resize.py `counts`).
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ class ReplayJob:
     isolated_s: float = 0.0       # exclusive run time (the FTF denominator, as the simulator's)
     max_bs: int = 0               # the largest batch size it declares (JobSpec.declared_max_bs, as the simulator's
     #                               view shows it: not where its schedule happens to stop); 0 = its schedule's
+    gpus_range: tuple[int, int] | None = None     # elastic: the counts it declares (None: rigid)
+    epoch_s_by_gpus: dict = field(default_factory=dict)  # elastic: batch size -> {GPUs: epoch trace seconds}
 
     @property
     def declared_max_bs(self) -> int:
@@ -54,20 +63,27 @@ class ReplayJob:
 
     def comment(self, time_scale: float) -> str:
         """The managed job's hints (slurm/hints.py): what a researcher would declare, in wall seconds."""
+        rng = f" gpus={self.gpus_range[0]}-{self.gpus_range[1]}" if self.gpus_range else ""
         return (f"shockwave epochs={self.epochs} bs={self.schedule[0]} min_bs={min(self.schedule)} "
                 f"max_bs={self.declared_max_bs} samples={self.samples} "
-                f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}")
+                f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}{rng}")
 
     def spec(self, time_scale: float) -> dict:
         """The emulated program's input (a JSON file next to the job's work directory)."""
         return {"name": self.name, "epochs": self.epochs, "schedule": list(self.schedule),
                 "epoch_s": {str(k): v for k, v in self.epoch_s.items()}, "samples": self.samples,
-                "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": self.declared_max_bs}
+                "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": self.declared_max_bs,
+                "epoch_s_by_gpus": _str_keys(self.epoch_s_by_gpus)}
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["epoch_s"] = {str(k): v for k, v in self.epoch_s.items()}
+        d["epoch_s_by_gpus"] = _str_keys(self.epoch_s_by_gpus)
         return d
+
+
+def _str_keys(by: dict) -> dict:
+    return {str(bs): {str(n): v for n, v in at.items()} for bs, at in by.items()}
 
 
 def users(n: int, prefix: str = "swreplay") -> list[str]:
@@ -83,11 +99,39 @@ def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[
         for bs in sorted(set(sched)):
             thr = throughputs.get(s.model, bs, s.num_gpus) or throughputs.get(s.model, s.initial_bs, s.num_gpus)
             durations[bs] = s.samples / bs / thr
+        by_gpus = {}
+        if s.gpus_range is not None:            # the simulator's counts (sim/cluster.py `_gpu_counts`)
+            lo, hi = s.gpus_range
+            by_gpus = {bs: {n: s.samples / bs / thr for n, thr in throughputs.gpu_counts(s.model, bs).items()
+                            if lo <= n <= hi and thr} for bs in sorted(set(sched))}
         out.append(ReplayJob(index=int(s.job_id), name=f"t{int(s.job_id):03d}", user=user_names[i % len(user_names)],
                              model=s.model, mode=s.mode, gpus=s.num_gpus, arrival_s=float(s.arrival_time),
                              samples=s.samples, schedule=sched, epoch_s=durations,
-                             isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs))
+                             isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs,
+                             gpus_range=tuple(s.gpus_range) if s.gpus_range else None, epoch_s_by_gpus=by_gpus))
     return out
+
+
+def check_counts(jobs: list[ReplayJob], node_gpus: int) -> None:
+    """ValueError unless every elastic job may run on the same counts on both sides at every batch size of its
+    schedule: the controller's (its range's counts that divide the batch and fit one node of `node_gpus`; the replay
+    runs each job on one node) and the simulator's (the profiled ones, each with an epoch duration here)."""
+    from slurm_shockwave.slurm.resize import counts
+    bad = []
+    for j in jobs:
+        if j.gpus_range is None:
+            continue
+        if j.gpus_range[1] > node_gpus:
+            bad.append(f"{j.name}: range {j.gpus_range[0]}-{j.gpus_range[1]} beyond a node's {node_gpus} GPUs")
+            continue
+        for bs, at in sorted(j.epoch_s_by_gpus.items()):
+            controller = counts(j.gpus_range, j.gpus, bs, node_gpus, 1)
+            if controller != sorted(at):
+                bad.append(f"{j.name} ({j.model}, batch {bs}): the controller's counts {controller}, the profiled "
+                           f"ones {sorted(at)}")
+    if bad:
+        raise ValueError("elastic jobs whose GPU counts differ between Slurm and the simulator:\n  "
+                         + "\n  ".join(bad[:10]))
 
 
 def with_users(specs: list[JobSpec], jobs: list[ReplayJob]) -> list[JobSpec]:

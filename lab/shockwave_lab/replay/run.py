@@ -42,7 +42,9 @@ PYTHONPATH = os.pathsep.join(map(str, SOURCES))
 BINDS = [s for s in SOURCES if not any(o != s and s.is_relative_to(o) for o in SOURCES)]
 JOB_SCRIPT = Path(__file__).resolve().parent / "emujob.sh"
 TIME_LIMIT_FACTOR = 1.5
-#: CPUs of a node per GPU: a job asks for its GPUs' share of a node's CPUs (Slurm's job size factor counts CPUs)
+#: CPUs of a node per GPU: a job asks for its GPUs' share of a node's CPUs (Slurm's job size factor counts CPUs); an
+#: elastic job its smallest count's (a resize changes its GPUs, not its CPUs: a shrunk job keeps no CPUs of a node
+#: that its freed GPUs need)
 CPUS_PER_GPU = 2
 #: the controller's preemption cost until a job's own is measured from its events (wall seconds: what a
 #: checkpoint + requeue + restart of an emulated job costs on this machine, measured by the replay)
@@ -59,6 +61,7 @@ class Replay:
         too_big = [j.name for j in jobs if j.gpus > gpus // nodes]
         if too_big:
             raise ValueError(f"jobs {too_big[:3]} ask for more GPUs than a node has ({gpus // nodes})")
+        P.check_counts(jobs, gpus // nodes)
         self.jobs, self.gpus, self.nodes, self.scale = jobs, gpus, nodes, float(time_scale)
         self.policy, self.out, self.keep, self.slurm = policy, out, keep, slurm
         self.round_seconds = 120.0 / self.scale
@@ -188,8 +191,9 @@ class Replay:
     def _sbatch(self, j: P.ReplayJob) -> int:
         work = self.workdir(j.user)
         prefix = ["runuser", "-u", j.user, "--"] if self.as_users else []
+        cpus = CPUS_PER_GPU * (j.gpus_range[0] if j.gpus_range else j.gpus)
         argv = [*prefix, "sbatch", "--parsable", f"--job-name={j.name}", f"--comment={j.comment(self.scale)}",
-                f"--gres=gpu:{j.gpus}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={CPUS_PER_GPU * j.gpus}",
+                f"--gres=gpu:{j.gpus}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={cpus}",
                 # no --signal=B:USR1@T: Slurm sends it up to 60 s before the time limit, which at a scaled time limit
                 # of a few minutes would checkpoint and requeue jobs with work left; the controller signals itself
                 f"--time={j.time_limit_min(self.scale, TIME_LIMIT_FACTOR)}", "--requeue",
