@@ -21,7 +21,7 @@ with `Policy.sizes_elastic_jobs`) and uses only GPUs the round leaves idle; it n
    over the loan (`horizon`: until the policy plans to start a waiting job, at most its window) exceeds its
    restarts: the change itself for a running job, and the way back (`pays`); a running job grows only within the
    gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py), but for one
-   that began since the last round (on Slurm, a job starts on its own count when GPUs are free, before the round).
+   that no round started (`begun`: on Slurm, a job starts on its own count when GPUs are free, before the round).
    A job's new count is else the one it ran on, or its base count.  A job without a range never changes count.
 
 Every count other than the base is recorded on the job's plan (`JobPlan.gpus`, `JobPlan.resize`: one human line
@@ -133,11 +133,14 @@ def size(
     costs: Mapping[Any, Any] | None = None,
     fixed: frozenset[Any] = frozenset(),
     rounds_per_restart: int = ROUNDS_PER_RESTART,
+    begun: frozenset[Any] = frozenset(),
 ) -> tuple[RoundDecision, dict[Any, Sizing]]:
     """(the decision with each elastic job on its count, {job: Sizing} of every job not on its base count or moved
     off the count it ran on).  `cost_s`: a count change's cost (a restart; `costs`: measured per job); `fixed`: jobs
     left on their base count and not started small (jobs whose preemption is under way; the round loop's retry when
-    a gang fits no node); `rounds_per_restart`: the gate's restart bound, which a running job's growth keeps too."""
+    a gang fits no node); `rounds_per_restart`: the gate's restart bound, which a running job's growth keeps too;
+    `begun`: running jobs no round started (on Slurm, a job starts on its own count as soon as GPUs are free, before
+    the round): their growth is a start's, not bounded."""
     costs = costs or {}
     rd = _Round(view, decision, horizon(view, decision))
     jobs = rd.jobs
@@ -225,7 +228,7 @@ def size(
         if n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
             if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None) or (
                 before is not None
-                and not _just_started(j, view)
+                and jid not in begun
                 and (j.restarts + 1) * rounds_per_restart * view.round_length > j.run_time
             ):
                 n = start
@@ -246,13 +249,6 @@ def size(
         plans[jid] = replace(plans.get(jid) or JobPlan(jid), gpus=n, resize=text, rule=rule, next_offset=0)
     run += [jid for jid in started if jid in placement]
     return replace(decision, run=tuple(run), placement=placement, plans=plans), out
-
-
-def _just_started(job: JobView, view: ClusterView) -> bool:
-    """It began since the last round and never restarted: Slurm starts a job on its own count as soon as GPUs are free,
-    before the controller's round; the round treats its growth as a start's (its change and the way back pay), not
-    as a thrash (the restart bound)."""
-    return job.restarts == 0 and job.run_time < view.round_length
 
 
 def _cost(costs: Mapping[Any, Any], jid: Any, default: float) -> float:

@@ -83,6 +83,7 @@ class RoundLoop:
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
         self.moves = 0  # running jobs placed on other nodes (solver/nodes.py)
         self.resizes = {"grown": 0, "shrunk": 0}  # count changes of elastic jobs (solver/elastic.py)
+        self._last_run: set[Any] | None = None  # the previous round's run set (None: no round yet)
         self.last_resizes: dict[Any, elastic.Sizing] = {}
         # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.last_preemptions: dict[str, Any] = {}
@@ -126,6 +127,7 @@ class RoundLoop:
         if self.on_decision is not None:
             self.on_decision(record)
         self.backend.apply(decision)
+        self._last_run = set(decision.run)
         self.rounds += 1
         self.fallbacks += int(fallback)
         self._count_rules(view, decision)
@@ -163,12 +165,15 @@ class RoundLoop:
         lists them): a grown gang that fits no node runs on its asked count instead."""
         sized, self.last_resizes, costs = decision, {}, {}
         stopping: frozenset[Any] = frozenset()
+        # running jobs no round started (Slurm starts a job on its own count when GPUs are free, before the round)
+        last = self._last_run
+        begun = frozenset(j.job_id for j in view.jobs if j.ran_last_round and last is not None and j.job_id not in last)
         sizing = self.preemption_cost_s is not None and getattr(self.policy, "sizes_elastic_jobs", False)
         if sizing:
             costs = self.backend.preemption_costs()
             stopping = frozenset(self.backend.stopping())
             sized, self.last_resizes = elastic.size(
-                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart
+                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart, begun
             )
             sized = check_decision(view, sized)
         if view.nodes:
@@ -177,7 +182,13 @@ class RoundLoop:
             lost = frozenset(j for j in self.last_resizes if j in sized.run and j not in placed.run)
             if lost:
                 sized, self.last_resizes = elastic.size(
-                    view, decision, self.preemption_cost_s or 0.0, costs, lost | stopping, self.rounds_per_restart
+                    view,
+                    decision,
+                    self.preemption_cost_s or 0.0,
+                    costs,
+                    lost | stopping,
+                    self.rounds_per_restart,
+                    begun,
                 )
                 sized = check_decision(view, sized)
                 placed = assign_nodes(view, sized, moves)
