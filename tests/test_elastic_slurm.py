@@ -29,13 +29,14 @@ from slurm_shockwave.controller.config import load_config
 from slurm_shockwave.journal.record import RoundRecord
 from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.slurm.backend import SlurmBackend
-from slurm_shockwave.slurm.enact import Observed, reconcile
+from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
 from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.jobview import is_submitit
 from slurm_shockwave.slurm.ownership import base_of, cleared, marked, parse_mark, status_of, unmarked, with_base
-from slurm_shockwave.slurm.resize import ResizeLog, counts, throughputs
+from slurm_shockwave.slurm.resize import Elastic, ResizeLog, counts, throughputs
 from solver.placement import PlacementError
 from solver.types import GPU, RoundDecision
+from tests.slurm_backend_fakes import FakeSlurm
 from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,6 +135,23 @@ def test_an_elastic_update_names_its_nodes_and_a_running_one_is_preempted_first(
     assert acts[("update_gpus", "4/2")] == (1,) and ("release", "") in acts
     holds = [ids for (verb, _v), ids in acts.items() if verb == "hold"]
     assert ("update_gpus", "1/1") not in acts and holds == [(2,)]   # a running one: preempted, updated once pending
+
+
+def test_a_job_slurm_started_before_its_round_grows_at_once_but_shrinks_and_preemptions_wait_min_run(tmp_path):
+    # Slurm starts a job on its own count before the round that grows it (`begun`): min_run dropped that growth
+    el, base, ids = Elastic(StateStore(tmp_path / "s.sqlite")), "shockwave:elastic base=1", [1, 2, 3]
+    el.node_gpus, el.whole_nodes, el.bases, el.ranges = 8, 2, dict.fromkeys(ids, 1), {j: [1, 4] for j in ids}
+    obs = {j: Observed(j, "RUNNING", False, "", 0, 5, n, running_for=3.0, admin_comment=base, run_reported=j != 3)
+           for j, n in [(1, 1), (2, 4), (3, 1)]}
+    el.prepare(RoundDecision(run=(1, 2, 3), placement={1: {GPU: 4}, 2: {GPU: 1}, 3: {GPU: 4}}), {1, 2, 3}, obs,
+               SimpleNamespace(execute=lambda *a: []), 3, {})
+    assert [(o.wanted_gpus, o.grow) for o in obs.values()] == [(4, True), (1, False), (4, True)]
+    acts = reconcile(list(obs.values()), {1, 2, 3}, "authoritative", 5, 0, {}, 1, lambda *_: False, min_run=8)
+    assert {(a.verb, a.job_ids) for a in acts} == {("hold", (1,)), ("signal", (1,))}  # 2: a shrink waits; 3: unreported
+    assert reconcile([obs[1]], set(), "authoritative", 5, 0, {}, 1, lambda *_: False, min_run=8) == []  # a preemption
+    cli, journal = FakeSlurm(), SimpleNamespace(intend_many=lambda _r, ids, *a: list(ids), settle=lambda *a: None)
+    Enactor(cli, journal).execute(4, [Action("update_gpus", (2, 3), "4/1")], {})    # two grown in one round: one
+    assert cli.calls == [("update_each", [2, 3], {"TresPerNode": "gres:gpu:4", "NumNodes": "1-1"})]  # line each
 
 
 # ---------------------------------------------------------------------- a real cluster
@@ -283,6 +301,26 @@ def test_an_elastic_job_grows_while_pending_shrinks_while_running_and_a_rigid_on
 
 
 @pytest.mark.slurm
+def test_jobs_slurm_started_before_their_round_grow_at_once_despite_min_run_and_a_shrink_waits(cluster):
+    c, conf = cluster, _config(cluster, make_root("shockwave-elastic-begun-"))
+    conf.write_text(conf.read_text().replace("min_run_seconds = 0", "min_run_seconds = 600"))
+    b, els = _backend(conf), [_submit(c, "shockwave epochs=5 bs=8 gpus=1-4") for _ in range(2)]
+    try:
+        assert [_running_at(c, j, 1) for j in els]                # Slurm started them on their own count
+        grow = dict.fromkeys(els, 4)
+        _round(b, grow)
+        assert all(_job(c, j).held for j in els)                  # held and signalled in their first round
+        wait_for(lambda: _round(b, grow) and all(_job(c, j).gpus == 4 for j in els), 40, what="both grown")
+        assert [_running_at(c, j, 4) for j in els]
+        assert not b.state.actions(status="failed")               # two updates in a round: each its own line
+        _round(b, {els[0]: 1, els[1]: 4})
+        j = _job(c, els[0])
+        assert j.state == "RUNNING" and j.gpus == 4 and not j.held   # a shrink waits min_run, as a preemption
+    finally:
+        c.run(["scancel", *map(str, els)])
+
+
+@pytest.mark.slurm
 def test_an_elastic_job_grows_onto_whole_nodes(cluster):
     c, root = cluster, make_root("shockwave-elastic-nodes-")
     b = _backend(_config(c, root))
@@ -308,7 +346,7 @@ def _child(conf: str, placement: str, token: str) -> None:
 
     def run(self, argv, *a, **kw):
         out = real(self, argv, *a, **kw)
-        if token in " ".join(argv):
+        if token in " ".join(argv) + str(kw.get("input") or ""):   # argv, or the lines scontrol reads
             os.kill(os.getpid(), signal.SIGKILL)
         return out
 

@@ -92,6 +92,7 @@ class Observed:
     gpu_type: str | None = None  # the GPU type its user asked for (kept when its GPU count is updated)
     signal: str | None = None  # its own checkpoint signal (``B:USR1``: batch shell, ``USR2``: its steps); None: ours
     wanted_nodes: int | None = None  # an elastic job's nodes at `wanted_gpus` (all of them, ``NumNodes=k-k``)
+    grow: bool = False  # an elastic job its round grows (resize.py): bounded by the round's restart bound, not min_run
 
 
 def held_orphans(
@@ -136,8 +137,10 @@ def reconcile(
 ) -> list[Action]:
     """The actions that bring Slurm to the desired state.  `signalled` maps job -> [time, restart count] of its
     preemption signal (updated by the caller after enactment); `already_requeued(job, restart_count)`.
-    A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing), nor a run whose
-    wrapper has not reported its start yet (`UNREPORTED_START_S`).
+    A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing), but for an elastic
+    job its round grows (`Observed.grow`: the elastic stage's own restart bound holds it, and a job Slurm started just
+    before the round grows at its start, as in the simulator), nor a run whose wrapper has not reported its start yet
+    (`UNREPORTED_START_S`).
     `reasons`: job -> short human reason put into the mark of a held job; `orphans`: marked jobs that
     are no longer managed (released if held, unmarked); `moves`: running jobs the round runs on other nodes than
     they run on (slurm/nodes.py), treated in authoritative mode like jobs that lost their round."""
@@ -186,11 +189,9 @@ def reconcile(
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
             # requeue); a move is pinned to its new nodes when a later round releases it
             since = signal_time(signalled.get(j.job_id), j.restart_count)
-            if (
-                since is None
-                and j.running_for is not None
-                and (j.running_for < min_run or (not j.run_reported and j.running_for < UNREPORTED_START_S))
-            ):
+            young = j.running_for is not None and j.running_for < min_run and not (j.grow and planned)
+            unreported = j.running_for is not None and not j.run_reported and j.running_for < UNREPORTED_START_S
+            if since is None and (young or unreported):
                 continue
             want = marked(j.admin_comment, "held", reasons.get(j.job_id) or "preempted")
             if not j.held:
@@ -373,8 +374,9 @@ class Enactor:
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
         elif a.verb == Verb.UPDATE_GPUS:  # ``N``, ``type:N``; ``N/k``: N per node on k nodes (22.05, 24.11, 26.05)
+            # one line per job: scontrol refuses an id list here (22.05: ``Invalid job ID 2,3``, no job updated)
             spec, _, nodes = str(a.value).partition("/")
-            self.cli.scontrol_update(
+            self.cli.scontrol_update_each(
                 ids, TresPerNode=f"gres:gpu:{spec}", **({"NumNodes": f"{nodes}-{nodes}"} if nodes else {})
             )
         elif a.verb == Verb.PLACE_TRES:  # a pending job to the GPU type its round placed it on (gpu_types.py)

@@ -245,7 +245,8 @@ class Elastic:
         self.want = {j: (observed[j].gpus, *asked[j]) for j in asked if j not in unsafe}
         for j in self.ranges:
             if j in observed:
-                _now, observed[j].wanted_gpus, observed[j].wanted_nodes = self.want.get(j, (0, None, None))
+                now, observed[j].wanted_gpus, observed[j].wanted_nodes = self.want.get(j, (0, None, None))
+                observed[j].grow = bool(observed[j].wanted_gpus and observed[j].wanted_gpus > now)
         self.measured.keep(self.ranges)
 
     def enacted(self, results, now: float, round_length: float) -> None:
