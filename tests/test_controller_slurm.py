@@ -148,6 +148,47 @@ def test_advisory_holds_deferred_and_never_preempts(cluster):
         cancel(cluster, [a, b, c_, user_held])
 
 
+SELF_REQUEUE_SCRIPT = """#!/bin/sh
+trap 'echo checkpoint-signal; sleep {checkpoint_s}; scontrol requeue $SLURM_JOB_ID; exit 0' USR1
+i=0
+while [ $i -lt 600 ]; do sleep 1; i=$((i+1)); done
+"""
+
+
+def test_a_signalled_job_planned_again_stays_held_until_its_own_requeue(cluster):
+    """The kill -9 test's one failure (22.05): a job signalled by one round and planned again by the next while it
+    still checkpointed was released while it ran; its own `scontrol requeue` came in the same second and Slurm killed
+    the restart (the job ended FAILED with its work left).  Now it stays held until it is back in the queue, is
+    released there (the restart gap) and runs again."""
+    root = make_root("shockwave-ctl-r-")
+    script = root / "r.sh"
+    script.write_text(SELF_REQUEUE_SCRIPT.format(checkpoint_s=4))
+    r = cluster.cli.sbatch(str(script), ["--job-name=r", "--gres=gpu:1", "--requeue", f"--output={root}/r-%j.out",
+                                         f"--chdir={root}", "-p", cluster.partition,
+                                         "--comment=shockwave epochs=10 bs=32 epoch_s=30"])
+    wait_for(lambda: jobs_by_id(cluster, {r})[r].state == "RUNNING", what="r running")
+    time.sleep(2)                                               # past min_run (one round): it may be preempted
+    ctl = Controller(config(cluster, root, "authoritative", grace_seconds=30))
+    pol = Scripted()
+    ctl.loop.policy = pol
+    try:
+        ctl.run(max_rounds=1)                                   # loses its round: held, then signalled
+        verbs = [a["verb"] for a in ctl.state.actions() if a["job_id"] == str(r)]
+        assert "signal" in verbs and "release" not in verbs
+        pol.plan = {r}
+        ctl.run(max_rounds=1)                                   # planned again, still checkpointing (4 s)
+        js = jobs_by_id(cluster, {r})
+        assert js[r].state == "RUNNING" and js[r].restart_count == 0
+        assert "release" not in [a["verb"] for a in ctl.state.actions() if a["job_id"] == str(r)]
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {r})[r].state == "RUNNING"
+                 and jobs_by_id(cluster, {r})[r].restart_count == 1, timeout=60, interval=0.2,
+                 what="r requeued by itself, released, running again")
+        assert "release" in [a["verb"] for a in ctl.state.actions() if a["job_id"] == str(r)]
+    finally:
+        ctl.close()
+        cancel(cluster, [r])
+
+
 def rounds_recorded(db) -> int:
     """Rounds the controller has recorded so far; 0 while the file or its tables are still being created (the
     controller creates the file first and its schema right after: a reader in between sees no tables)."""

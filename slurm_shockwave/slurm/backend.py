@@ -27,7 +27,7 @@ from slurm_shockwave.journal.context import JobContext, RoundContext, Unmanaged
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm import jobview, preflight
 from slurm_shockwave.slurm.commands import SlurmCLI
-from slurm_shockwave.slurm.enact import Enactor, Observed, held_orphans, plan_reasons, reconcile, signal_time
+from slurm_shockwave.slurm.enact import Enactor, Observed, held_orphans, plan_reasons, reconcile
 from slurm_shockwave.slurm.errors import SlurmError
 from slurm_shockwave.slurm.fairshare_round import FairShareRound
 from slurm_shockwave.slurm.gpu_types import GpuTypes
@@ -37,6 +37,7 @@ from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
 from slurm_shockwave.slurm.preemptions import PreemptionLog
 from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
+from slurm_shockwave.slurm.signals import replanned, settle, signal_time
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
 from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
@@ -83,6 +84,7 @@ class SlurmBackend(ServiceBackend):
         self._first_submit: dict = {}
         self._history: dict = {}
         self._pending_since: dict = {}  # (job, restart count) of a requeued job -> first seen PENDING
+        self._follow: set[int] = set()  # planned jobs whose requeue the last round waits for (apply)
         self.sleep = sleep
         self.preemptions = PreemptionLog(state, metrics)
         self._left: dict = {}  # job -> predicted seconds of work left (this round's view)
@@ -120,6 +122,7 @@ class SlurmBackend(ServiceBackend):
             if j in self._observed
             and self._observed[j].state == "RUNNING"
             and signal_time(entry, self._observed[j].restart_count) is not None
+            and not replanned(entry)
         )
 
     def startup_warnings(self) -> list[str]:
@@ -314,10 +317,7 @@ class SlurmBackend(ServiceBackend):
             self.sleep(wait)
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         self.elastic.enacted(results, now, self.round_length)
-        for j in list(self.signalled):
-            ob = self._observed.get(j)
-            if ob is None or ob.state != "RUNNING" or (j in run and not ob.wanted_gpus and j not in moves):
-                self.signalled.pop(j, None)  # gone, already off its GPUs, or planned again as it is
+        self._follow = settle(self.signalled, self._observed, run, moves)  # signals.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
 
@@ -338,18 +338,19 @@ class SlurmBackend(ServiceBackend):
         """Wait for the next round boundary; end the wait early (an event-driven round) when GPUs were freed
         by a managed job that ENDED (completed, failed, cancelled: not one we preempt, whose GPUs the planned
         jobs released in this round already take) or an unmanaged job that left RUNNING, while a managed job
-        waits; never sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
+        waits, or when a job the round runs left RUNNING for its requeue (`_follow`: released in that round); never
+        sooner than `min_round_seconds` after the last round started (no re-solving more often)."""
         self.round_index += 1
-        ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in self.signalled}
+        ended = self.stopping() | self._follow  # leaving RUNNING, these are requeued, not ended
+        ours = {j for j, ob in self._observed.items() if ob.state == "RUNNING" and j not in ended}
         foreign = {r.job_id for r in self._unmanaged.running if r.job_id is not None}  # set: built from squeue
         waiting = any(ob.state == "PENDING" for ob in self._observed.values())
         self.early_round = False
         started, timing = self._round_started, self.cfg.early_round_timing
-        freed = wait_for_round(
-            self.cli, self.stop_event, self.clock, started, timing, self.round_length, ours, foreign, waiting
-        )
+        watched = (ours, foreign, waiting, self._follow)
+        freed = wait_for_round(self.cli, self.stop_event, self.clock, started, timing, self.round_length, *watched)
         if freed:
-            log.info("GPUs freed by %s: starting round %d early", sorted(freed), self.round_index)
+            log.info("jobs %s left RUNNING: starting round %d early", sorted(freed), self.round_index)
             self.early_round = True
             if self.metrics is not None:
                 self.metrics.early_rounds.inc()

@@ -42,6 +42,7 @@ from slurm_shockwave.slurm.errors import SlurmError, unreachable
 from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import SlurmJob, in_partition
 from slurm_shockwave.slurm.ownership import marked, parse_mark, status_of, unmarked
+from slurm_shockwave.slurm.signals import replanned, signal_time
 
 #: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
 PIN_VERB = Verb.PLACE_NODES
@@ -177,18 +178,25 @@ def reconcile(
                     rewrites.setdefault(want, []).append(j.job_id)
         elif j.state == "RUNNING":
             lost = not planned or j.job_id in moves or (j.wanted_gpus and j.wanted_gpus != j.gpus)
+            entry = signalled.get(j.job_id)
+            since = signal_time(entry, j.restart_count)
             if ours and (mode != "authoritative" or not lost):
                 # a job can be held while running (it started between our observation and our hold): the
-                # hold stays with it (a requeue brings it back held), so it is released with its mark
-                if planned:
+                # hold stays with it (a requeue brings it back held), so it is released with its mark; but not
+                # a job signalled in this run: its own requeue may be under way, and released now it would
+                # restart in the second of that requeue (Slurm kills such a restart: the job ends FAILED); it is
+                # released once seen PENDING, after the restart gap (timing.py)
+                if planned and not (j.held and since is not None):
                     add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
-                elif not j.held:
+                elif not planned and not j.held:
                     add(Verb.MARK, j.job_id, unmarked(j.admin_comment))
             if mode != "authoritative" or not lost:
                 continue
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
-            # requeue); a move is pinned to its new nodes when a later round releases it
-            since = signal_time(signalled.get(j.job_id), j.restart_count)
+            # requeue); a move is pinned to its new nodes when a later round releases it.  A signal that a later
+            # round overruled (the job was planned again and kept running: `replanned`) is sent afresh.
+            if replanned(entry):
+                since = None
             young = j.running_for is not None and j.running_for < min_run and not (j.grow and planned)
             unreported = j.running_for is not None and not j.run_reported and j.running_for < UNREPORTED_START_S
             if since is None and (young or unreported):
@@ -237,16 +245,6 @@ def plan_reasons(decision) -> dict:
             with contextlib.suppress(TypeError, ValueError):
                 out[int(jid)] = plan.reason
     return out
-
-
-def signal_time(entry, restart_count: int):
-    """When this run of the job got its preemption signal: `signalled` holds [time, restart count]; a signal
-    sent to an earlier run (the job was requeued and restarted since) does not count for this one."""
-    if isinstance(entry, (list, tuple)):
-        if len(entry) != 2 or entry[1] != restart_count:
-            return None
-        entry = entry[0]
-    return entry if isinstance(entry, (int, float)) else None
 
 
 class Enactor:

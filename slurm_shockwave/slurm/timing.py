@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.commands import RESTART_GAP_SECONDS, SlurmCLI
@@ -25,26 +25,31 @@ def wait_for_round(
     ours: set[int],
     foreign: set[int],
     waiting: bool,
+    follow: Set[int] = frozenset(),
 ) -> set[int]:
     """Wait for the round boundary (`started` + `round_length`), or until `stop` is set; polled every
-    `timing[0]` s, once `timing[1]` s have passed since `started`, while a managed job waits: the jobs whose GPUs
-    were freed (`ours` that ENDED, `foreign` that left RUNNING) end the wait early.  Empty: no early round."""
+    `timing[0]` s, once `timing[1]` s have passed since `started`: the jobs whose GPUs were freed while a managed
+    job waits (`ours` that ENDED, `foreign` that left RUNNING), or a job of `follow` (the round runs it, after its
+    requeue) back in the queue or gone, end the wait early.  Empty: no early round."""
     deadline = started + round_length
     poll, min_gap = timing
+    watched = (ours | foreign if waiting else set()) | follow
     while not stop.is_set():
         left = deadline - clock()
         if left <= 0:
             return set()
         stop.wait(min(left, poll))
-        if not waiting or not (ours or foreign) or stop.is_set() or clock() - started < min_gap:
+        if not watched or stop.is_set() or clock() - started < min_gap:
             continue
         try:
-            live = {j.job_id: j.state for j in cli.squeue_jobs(job_ids=ours | foreign)}
+            live = {j.job_id: j.state for j in cli.squeue_jobs(job_ids=watched)}
         except Exception as e:  # noqa: BLE001 - a failed poll just waits for the regular round
             log.debug("early-round poll of the queue failed (%s): waiting for the round boundary", e)
             continue
-        freed = {j for j in ours if live.get(j) not in ACTIVE_STATES}
-        freed |= {j for j in foreign if live.get(j) != "RUNNING"}
+        freed = {j for j in follow if live.get(j) not in ("RUNNING", "COMPLETING", "CONFIGURING")}  # requeued
+        if waiting:
+            freed |= {j for j in ours if live.get(j) not in ACTIVE_STATES}
+            freed |= {j for j in foreign if live.get(j) != "RUNNING"}
         if freed:
             return freed
     return set()
