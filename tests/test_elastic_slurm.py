@@ -101,6 +101,18 @@ def test_counts_divide_the_batch_and_fit_a_node_or_whole_nodes_and_are_scaled_by
     assert own[4] == 30.0 and own[2] == pytest.approx(30.0 / 2**0.5)
 
 
+def test_a_declared_profile_scales_counts_it_lists_until_the_job_reports_its_own():
+    """`speedup=1x0.6/4x3.4` on a job asking 2 GPUs: factors relative to its own count; an unlisted count (8) by
+    the exponent; a count it ran on (4) by its report, the others scaled from it by the profile."""
+    from slurm_shockwave.slurm.hints import parse_hints
+
+    profile = parse_hints("shockwave gpus=1-8 speedup=1x0.6/4x3.4", "shockwave", 8).speedup
+    thr = throughputs([1, 2, 4, 8], {}, 2, 10.0, 0.5, profile)
+    assert thr == pytest.approx({1: 6.0, 2: 10.0, 4: 34.0, 8: 34.0 * 2**0.5})
+    ran = throughputs([1, 2, 4, 8], {4: 30.0}, 2, 10.0, 0.5, profile)
+    assert ran == pytest.approx({1: 30.0 * 0.6 / 3.4, 2: 30.0 / 3.4, 4: 30.0, 8: 30.0 * 2**0.5})
+
+
 def test_a_resize_is_done_when_it_runs_at_its_count_and_wasted_when_changed_again_within_a_round(tmp_path):
     from types import SimpleNamespace as Job
 

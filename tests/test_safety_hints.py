@@ -63,6 +63,10 @@ def test_valid_hints(comment, expected):
     ("shockwave bs=64 max_bs=32", "max_bs"), ("shockwave min_bs=64 max_bs=32", "min_bs"),
     ("shockwave epochs=3 epochs=4", "twice"), ("shockwave foo=1", "unknown"), ("shockwave resnet", "key=value"),
     ("shockwave epochs=" + "9" * 5000, "epochs"),
+    ("shockwave speedup=2x", "speedup"), ("shockwave speedup=0x1", "speedup"), ("shockwave speedup=2x0", "speedup"),
+    ("shockwave speedup=2x1/2x3", "speedup"), ("shockwave speedup=16x2", "speedup"), ("shockwave speedup=2xnan", "speedup"),
+    ("shockwave speedup=2x1e9", "speedup"), ("shockwave speedup=²x1", "speedup"), ("shockwave speedup=2x1/", "speedup"),
+    ("shockwave speedup=2x1 speedup=4x2", "twice"), ("shockwave speedup=" + "/".join(["2x1"] * 17), "speedup"),
 ])
 def test_invalid_hints_are_one_line_errors(comment, needle):
     with pytest.raises(HintError) as e:

@@ -17,6 +17,8 @@ import sys
 import time
 
 import pytest
+
+from slurm_shockwave.slurm.hints import parse_hints
 from click.testing import CliRunner
 from test_replay_slurm import _daemons
 
@@ -61,6 +63,12 @@ def test_the_plan_declares_the_range_and_every_count_the_simulator_offers(tmp_pa
             assert sorted(at) == ["1", "2", "4"]  # the profiled counts within the range
             assert at[str(j.gpus)] == pytest.approx(j.epoch_s[bs])  # its own count: the rigid duration
             assert at["4"] == pytest.approx(j.samples / bs / table.get(j.model, bs, 4))
+        # its profile at its first batch size, as the controller reads it (slurm/hints.py, slurm/resize.py)
+        declared = dict(parse_hints(j.comment(100.0), "shockwave", 4).speedup)
+        bs = j.schedule[0]
+        assert set(declared) == {1, 2, 4} - {j.gpus}
+        assert all(declared[n] == pytest.approx(table.get(j.model, bs, n) / table.get(j.model, bs, j.gpus), rel=2e-3)
+                   for n in declared)
     check_counts(jobs, 4)
     rigid, _specs, _table = load(tmp_path / "t.trace", THROUGHPUTS, 4, 2)
     assert all(j.gpus_range is None and "gpus=" not in j.comment(60.0) for j in rigid)

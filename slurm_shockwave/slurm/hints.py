@@ -18,7 +18,10 @@ Keys: ``epochs`` 1..10^6, ``bs``/``min_bs``/``max_bs`` 1..2^24, ``samples`` 1..1
 the job's throughput infinite), ``gpus`` 1..the partition's GPUs, or a range ``gpus=MIN-MAX`` (1 <= MIN <= MAX <=
 the partition's GPUs; `check_gpus_range`: the job's own GPU count within it): the counts the controller may run the
 job on (an elastic job, resized through checkpoint and requeue, its global batch kept; without a range a job's
-GPU count is never changed), ``signal`` the job's checkpoint signal as in
+GPU count is never changed), ``speedup=2x1.9/4x3.5/8x6.2`` an elastic job's profile: its throughput on each listed
+count as a multiple of its throughput on its own count (at most 16 counts, each 1..the partition's GPUs, factors
+10^-3..10^4; until the job has run on a count and reported it, the controller's only knowledge of that count beside
+its ``elastic_speedup_exponent``, resize.py), ``signal`` the job's checkpoint signal as in
 ``sbatch --signal``: ``signal=USR2`` (to the job's steps, its srun tasks), ``signal=B:USR1`` (to the batch shell only;
 a ``@time`` is ignored), read by `checkpoint_signal`.
 """
@@ -38,6 +41,9 @@ INT_KEYS = ("epochs", "bs", "min_bs", "max_bs", "samples", "gpus")
 FLOAT_KEYS = ("epoch_s",)
 _ASCII_INT = re.compile(r"[0-9]{1,15}\Z", re.ASCII)
 _ASCII_RANGE = re.compile(r"([0-9]{1,15})-([0-9]{1,15})\Z", re.ASCII)
+_SPEEDUP_ITEM = re.compile(r"([0-9]{1,6})x([0-9]{1,6}(?:\.[0-9]{0,9})?)\Z", re.ASCII)
+MAX_SPEEDUP_COUNTS = 16
+SPEEDUP_FACTORS = (1e-3, 1e4)
 _ASCII_FLOAT = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
 _SPLIT = re.compile(r"[\s:;,]+")
 #: ``signal=B:USR1`` holds a separator: its flags are joined to the name before the comment is split
@@ -120,6 +126,7 @@ def _model():
             epoch_s: float | None = Field(None, ge=MIN_EPOCH_S, le=MAX_EPOCH_S)
             gpus: int | None = Field(None, ge=1)
             gpus_range: tuple[int, int] | None = None  # ``gpus=MIN-MAX``
+            speedup: tuple[tuple[int, float], ...] | None = None  # ``speedup=2x1.9/4x3.5``: (count, factor)
             signal: str | None = None
 
             @model_validator(mode="after")
@@ -167,6 +174,11 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
                 raise HintError("hint gpus given twice")
             values["gpus_range"] = (int(rng.group(1)), int(rng.group(2)))
             continue
+        if key == "speedup":
+            if key in values:
+                raise HintError("hint speedup given twice")
+            values[key] = _speedup(value)
+            continue
         if key in INT_KEYS:
             if not _ASCII_INT.match(value):
                 raise HintError(f"hint {key}={_short(value)}: not a whole number in ASCII digits")
@@ -176,7 +188,7 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
                 raise HintError(f"hint {key}={_short(value)}: not a number in ASCII digits")
             number = float(value)
         else:
-            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)}, signal)")
+            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)}, speedup, signal)")
         if key in values or (key == "gpus" and "gpus_range" in values):
             raise HintError(f"hint {key} given twice")
         values[key] = number
@@ -193,7 +205,29 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
         raise HintError(f"hint gpus={hints.gpus}: the partition has {max_gpus} GPU(s)")
     if max_gpus is not None and hints.gpus_range is not None and hints.gpus_range[1] > max_gpus:
         raise HintError("hint gpus={}-{}: the partition has {} GPU(s)".format(*hints.gpus_range, max_gpus))
+    if max_gpus is not None and hints.speedup and hints.speedup[-1][0] > max_gpus:
+        raise HintError(f"hint speedup: {hints.speedup[-1][0]} GPUs, the partition has {max_gpus}")
     return hints
+
+
+def _speedup(value: str) -> tuple[tuple[int, float], ...]:
+    """``2x1.9/4x3.5`` -> ((2, 1.9), (4, 3.5)), each count once, 1 <= count, factors within SPEEDUP_FACTORS."""
+    items = value.split("/")
+    if not 1 <= len(items) <= MAX_SPEEDUP_COUNTS:
+        raise HintError(f"hint speedup={_short(value)}: 1 to {MAX_SPEEDUP_COUNTS} items COUNTxFACTOR joined by /")
+    out: dict[int, float] = {}
+    for item in items:
+        m = _SPEEDUP_ITEM.match(item)
+        if m is None:
+            raise HintError(f"hint speedup={_short(value)}: {_short(item, 12)} is not COUNTxFACTOR in ASCII digits")
+        n, factor = int(m.group(1)), float(m.group(2))
+        if n < 1 or n in out or not SPEEDUP_FACTORS[0] <= factor <= SPEEDUP_FACTORS[1]:
+            raise HintError(
+                f"hint speedup={_short(value)}: {_short(item, 12)} (a count >= 1 once, a factor "
+                f"{SPEEDUP_FACTORS[0]:g}..{SPEEDUP_FACTORS[1]:g})"
+            )
+        out[n] = factor
+    return tuple(sorted(out.items()))
 
 
 def check_gpus_range(gpus_range, job_gpus: int, submitit: bool = False) -> None:

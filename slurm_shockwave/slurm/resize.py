@@ -6,8 +6,9 @@ asked for; its global batch stays (per-GPU batch = global / GPUs).
   a restart of the controller and a lost state directory.
 * The counts it may run on (`JobView.throughput_by_gpus`, `counts`): those of its range that divide its global batch
   and fit one node or whole nodes; at each, its own throughput there when it reported one at its batch size
-  (`Measured`, kept in the state), else scaled from one it reported, else from its throughput at its base count, by
-  thr(n) = thr(m) * (n / m) ** e (e: the controller's ``elastic_speedup_exponent``).
+  (`Measured`, kept in the state), else scaled from one it reported, else from its throughput at its base count: by
+  its declared profile for the counts it lists (``speedup=2x1.9/4x3.5`` hint: thr(n) = thr(m) * f(n) / f(m), f of
+  its own count 1), the others by thr(n) = thr(m) * (n / m) ** e (e: the controller's ``elastic_speedup_exponent``).
 * A count change (`wanted`) reuses the GPU-count update of enact.py: a pending job's request is updated before its
   release (``TresPerNode=gres:gpu:<per node>`` and, on whole nodes, ``NumNodes=<k>-<k>``; one ``scontrol update`` on
   22.05, 24.11 and 26.05 alike); a running one (authoritative mode) is first checkpointed and requeued held, as a job
@@ -54,18 +55,25 @@ def counts(gpus_range, base: int, batch_size: int, node_gpus: int, whole_nodes: 
     return sorted({*ok, base})
 
 
-def throughputs(ns: list[int], known: dict[int, float], base: int, base_thr: float, exponent: float) -> dict:
-    """{count: iterations/s}: its own where known (`known` at its batch size), else scaled from the nearest known
-    count (no count known: from its throughput at its base count)."""
+def throughputs(
+    ns: list[int], known: dict[int, float], base: int, base_thr: float, exponent: float, profile=()
+) -> dict:
+    """{count: iterations/s}: its own where known (`known` at its batch size; none known: its throughput at its base
+    count), then each count its `profile` lists ((count, factor) pairs relative to its base count) scaled from the
+    nearest of those by the profile, then every other count scaled from the nearest so far by the exponent."""
     anchors = {m: t for m, t in known.items() if t > 0} or {base: base_thr}
-    out = {}
-    for n in ns:
-        if n in anchors:
-            out[n] = anchors[n]
-            continue
-        m = min(anchors, key=lambda c: (abs(math.log(n / c)), c))
-        out[n] = anchors[m] * (n / m) ** exponent
-    return out
+    factor = {base: 1.0, **dict(profile or ())}
+    points = dict(anchors)
+    listed = [m for m in anchors if m in factor]
+    for n in factor:
+        if n not in points and listed:
+            m = _nearest(n, listed)
+            points[n] = anchors[m] * factor[n] / factor[m]
+    return {n: points[n] if n in points else points[(m := _nearest(n, points))] * (n / m) ** exponent for n in ns}
+
+
+def _nearest(n: int, counts) -> int:
+    return min(counts, key=lambda c: (abs(math.log(n / c)), c))
 
 
 class Measured:
@@ -227,7 +235,8 @@ class Elastic:
         self.measured.update(job.job_id, progress)
         ns = counts((lo, hi), base, view.batch_size, self.node_gpus, self.whole_nodes)
         self.ranges[job.job_id], self.bases[job.job_id] = ns, base
-        thr = throughputs(ns, self.measured.at(job.job_id, view.batch_size), base, view.throughput, exponent)
+        known = self.measured.at(job.job_id, view.batch_size)
+        thr = throughputs(ns, known, base, view.throughput, exponent, marker.get("speedup"))
         return replace(view, num_gpus=base, gpus_range=(lo, hi), running_gpus=running, throughput_by_gpus=thr)
 
     def prepare(self, decision, run: set, observed: dict, enactor, round_index: int, restarts: dict) -> None:
