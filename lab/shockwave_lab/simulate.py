@@ -137,7 +137,8 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
                    restart_penalty: float = 20.0, gpus_per_node: int | None = None,
                    early_rounds: tuple[float, float] | None = None, preemption_cost_s: float | None = None,
                    mode: str | None = None, semantics: str | None = None,
-                   rounds_per_restart: int | None = None, elastic: int | None = None) -> SimResult:
+                   rounds_per_restart: int | None = None, elastic: int | None = None,
+                   slurm_starts: bool = False) -> SimResult:
     """`workload`: a file (load_workload) or a list of JobSpecs; `num_gpus`: a number (one untyped pool) or {GPU
     type: count} (workload/gpu_types.py: `throughputs` is then the file, or {type: table} with the v100 column);
     `gpus_per_node`: each gang on one node of that many GPUs (None: each type one pool, as the reference);
@@ -145,7 +146,8 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     reference's rounds); `preemption_cost_s`: the controller's preemption gate at that cost (None: no gate, the
     reference's semantics); `rounds_per_restart`: the gate's restart bound (None: solver.preemption's); `mode`: how
     a running job's reason reads (RoundLoop); `semantics`: one of SEMANTICS, which sets those four (with none of
-    them given); `elastic`: every job elastic from 1 GPU up to that many (or its own count, when larger): `elastic_jobs`."""
+    them given); `elastic`: every job elastic from 1 GPU up to that many (or its own count, when larger): `elastic_jobs`;
+    `slurm_starts`: Slurm starts an arrival between rounds on its asked count where it fits (sim/slurm_starts.py)."""
     if semantics is not None:
         if any(x is not None for x in (early_rounds, preemption_cost_s, mode, rounds_per_restart)):
             raise ValueError("semantics sets early_rounds, preemption_cost_s, rounds_per_restart and mode: give either")
@@ -168,7 +170,7 @@ def run_simulation(workload, throughputs, num_gpus, policy: str | None = None, r
     pol = make_policy(policy or default_policy().name, policy_config)
     cluster = SimulatedCluster(jobs, tables if gpu_types.typed(capacity) else table, capacity,
                                round_length=round_length, restart_penalty=restart_penalty, gpus_per_node=gpus_per_node,
-                               early_rounds=early_rounds)
+                               early_rounds=early_rounds, slurm_starts=slurm_starts)
     loop = RoundLoop(cluster, pol, on_round=on_round, keep_records=keep_round_log, mode=mode,
                      preemption_cost_s=preemption_cost_s, rounds_per_restart=rounds_per_restart)
     started = time.perf_counter()

@@ -42,10 +42,12 @@ SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
 def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
-             time_scale: float | None = None, round_s: float = 120.0, early: bool = True) -> dict:
+             time_scale: float | None = None, round_s: float = 120.0, early: bool = True,
+             slurm_starts: bool = True) -> dict:
     """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)
     and of its controller's early rounds (None: production's); `round_s`: the controller's round in trace seconds
-    (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones)."""
+    (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones);
+    `slurm_starts`: Slurm starts an arrival between the controller's rounds where it fits (sim/slurm_starts.py)."""
     model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
     site = policy == "slurm" and time_scale
     gated = policy != "slurm"                     # the controller's gate; plain Slurm preempts nobody
@@ -53,7 +55,8 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
                        policy_config=model_settings(time_scale) if site else None, keep_round_log=True,
                        restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
                        early_rounds=model_early_rounds(time_scale, round_s) if early and gated else None,
-                       preemption_cost_s=restart_cost if gated else None, mode="authoritative")
+                       preemption_cost_s=restart_cost if gated else None, mode="authoritative",
+                       slurm_starts=slurm_starts and early and gated)
     finish = {rec.job_id: rec.finish_time for rec in r.records}
     spec = {s.job_id: s for s in specs}
     intervals = []

@@ -53,6 +53,7 @@ from slurm_shockwave.backends.base import ClusterBackend, JobRecord, check_decis
 from shockwave_lab.workload.gpu_types import allowed, capacity_of, cluster_gpus, reference_type
 from shockwave_lab.workload.jobs import JobSpec
 from shockwave_lab.sim.job import SimJob
+from shockwave_lab.sim.slurm_starts import place
 
 
 class Dispatch(NamedTuple):
@@ -64,18 +65,23 @@ class Dispatch(NamedTuple):
     gpu_type: str
     thr: float
     wait: float = 0.0
+    start: float | None = None                      # between rounds (Slurm's own start); None: the round's start
 
 
 class SimulatedCluster(ClusterBackend):
     def __init__(self, jobs: list[JobSpec], throughputs, num_gpus: int | Mapping[str, int], round_length: float = 120.0,
                  restart_penalty: float = 20.0, deadline_factor: float = 1.5, gpus_per_node: int | None = None,
-                 early_rounds: tuple[float, float] | None = None):
+                 early_rounds: tuple[float, float] | None = None, slurm_starts: bool = False):
         """`num_gpus`: a number (one untyped pool, `throughputs` its table) or {type: count} (`throughputs`:
         {type: table}); `gpus_per_node`: the GPUs of each node (None: no nodes); `early_rounds`: (poll, min gap)
-        seconds of the event-driven round (None: the reference's rounds)."""
+        seconds of the event-driven round (None: the reference's rounds); `slurm_starts`: an arrival starts between
+        rounds on its asked count when it fits, as Slurm starts it (sim/slurm_starts.py; early rounds only)."""
         if early_rounds is not None and not (early_rounds[0] > 0 and early_rounds[1] >= 0):
             raise ValueError(f"early_rounds (poll, min gap) must be positive, got {early_rounds}")
+        if slurm_starts and early_rounds is None:
+            raise ValueError("slurm_starts models the controller on Slurm: it needs early_rounds")
         self.early_rounds = early_rounds
+        self.slurm_starts = slurm_starts
         self._owed: dict = {}                          # job -> restart seconds a cut round left unpaid
         self._waiting = False                          # a job the round does not run waits (early rounds)
         self.capacity = capacity_of(num_gpus)
@@ -154,22 +160,27 @@ class SimulatedCluster(ClusterBackend):
             self._dispatched.append(Dispatch(job, steps, self.now + wait + steps / thr, gpus, gpu_type, thr, wait))
 
     def advance(self) -> None:
+        self._last_round_run_time = {}
+        end = self._early_end(max(d.finish for d in self._dispatched)) if self._dispatched else None
+        if self.slurm_starts and (end is not None or self.active):
+            self._start_arrivals(self.now + self.round_length if end is None else end)
+            end = self.now + self.round_length if end is None and self._dispatched else end
         ran = {d.job.spec.job_id: (d.gpu_type, d.gpus, self._round_nodes.get(d.job.spec.job_id, ()))
                for d in self._dispatched}
-        self._last_round_run_time = {}
         if self._dispatched:
-            end = self._early_end(max(d.finish for d in self._dispatched))
-            busy = sum(gpus for _t, gpus, _n in ran.values())
+            busy = sum(d.gpus for d in self._dispatched if d.start is None)
             self.utilization_timeline.append((self._round_start, end, busy))
+            self.utilization_timeline += [(d.start, d.finish, d.gpus) for d in self._dispatched if d.start is not None]
             for d in self._dispatched:
-                steps, finish, ran_for = d.steps, d.finish, d.finish - self._round_start
+                start = self._round_start if d.start is None else d.start
+                steps, finish, ran_for = d.steps, d.finish, d.finish - start
                 if d.finish > end:                   # cut by an early round: the steps done by then
-                    ran_for = end - self._round_start
+                    ran_for = end - start
                     steps, finish = min(d.steps, int(d.thr * max(0.0, ran_for - d.wait))), end
                 if self.early_rounds is not None:
                     self._owed[d.job.spec.job_id] = max(0.0, d.wait - ran_for)
                 self._complete_round(d.job, steps, finish, d.gpus, d.gpu_type,
-                                     None if self.early_rounds is None else min(d.wait, ran_for))
+                                     None if self.early_rounds is None else min(d.wait, ran_for), start)
             self._dispatch_rounds += 1
             self.now = end
         elif self.active:
@@ -205,10 +216,12 @@ class SimulatedCluster(ClusterBackend):
         return min(end, self._round_start + math.ceil(t / poll - 1e-9) * poll)
 
     def _complete_round(self, job: SimJob, steps: int, finish: float, gpus: int, gpu_type: str,
-                        paid: float | None = None) -> None:
-        """`paid`: the restart seconds this round paid (early rounds); None: the reference's penalty rule."""
-        execution = finish - self._round_start - (paid or 0.0)
-        self.usage_log.append((job.spec.job_id, self._round_start, finish, gpus))
+                        paid: float | None = None, start: float | None = None) -> None:
+        """`paid`: the restart seconds this round paid (early rounds); None: the reference's penalty rule; `start`:
+        when the run started (None: the round's start)."""
+        start = self._round_start if start is None else start
+        execution = finish - start - (paid or 0.0)
+        self.usage_log.append((job.spec.job_id, start, finish, gpus))
         home = gpus == job.spec.num_gpus and gpu_type == job.ref_type
         pace = 1.0 if home else job.throughput_on(gpus, gpu_type) / job.throughput
         where = (gpu_type, gpus, self._round_nodes.get(job.spec.job_id, ()))
@@ -238,6 +251,36 @@ class SimulatedCluster(ClusterBackend):
                                            finish, job.spec.isolated_runtime, job.run_time, job.rounds_run,
                                            job.restarts, account=job.spec.account,
                                            cluster_gpus=self._cluster_gpus(job)))
+
+    def _start_arrivals(self, end: float) -> None:
+        """Slurm's own starts (sim/slurm_starts.py): each job arriving before `end`, in arrival order, starts on its
+        asked count at the first moment its gang fits, paying the restart penalty before its first step, and runs
+        to `end`; the others wait for the next round, as before."""
+        busy = [(self._round_start, d.finish if d.steps >= d.job.remaining_steps else end, d.gpu_type, d.gpus,
+                 self._round_nodes.get(d.job.spec.job_id, ())) for d in self._dispatched]
+        waiting = []
+        while self._pending and self._pending[-1].arrival_time < end:
+            spec = self._pending.pop()
+            ref = self.reference_types[spec.job_id]
+            types = [ref] + [t for t in allowed(spec, self.tables, self.capacity) if t != ref]
+            job = SimJob(spec, self.tables[ref], self.tables, ref)
+            types = [t for t in types if job.throughput_on(spec.num_gpus, t)]
+            at = place(spec.num_gpus, types, max(spec.arrival_time, self._round_start), end, busy, self.capacity,
+                       self.nodes)
+            if at is None:
+                waiting.append(spec)
+                continue
+            t, gpu_type, on = at
+            thr = job.throughput_on(spec.num_gpus, gpu_type)
+            steps = job.steps_for_round(max(0.0, end - t - self.restart_penalty), thr)
+            finish = t + self.restart_penalty + steps / thr
+            busy.append((t, finish if steps >= job.remaining_steps else end, gpu_type, spec.num_gpus, on))
+            self.active[spec.job_id] = job
+            if on:
+                self._round_nodes[spec.job_id] = on
+            self._dispatched.append(Dispatch(job, steps, finish, spec.num_gpus, gpu_type, thr, self.restart_penalty,
+                                             t))
+        self._pending.extend(reversed(waiting))
 
     def _admit(self) -> None:
         while self._pending and self._pending[-1].arrival_time <= self.now:
