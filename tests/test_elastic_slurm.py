@@ -139,6 +139,26 @@ def test_a_resize_is_done_when_it_runs_at_its_count_and_wasted_when_changed_agai
     assert log.counts == {"started": 2, "done": 1, "wasted": 0} and not log.open
 
 
+def test_a_change_revised_while_the_job_is_pending_is_one_change(tmp_path):
+    """A round re-decides a pending job's count before it runs (an early round after its requeue): its request is
+    updated again, no restart more: one change, its target moved; taken back to its old count, wasted only when the
+    job was requeued for it."""
+    from types import SimpleNamespace as Job
+
+    log = ResizeLog(StateStore(tmp_path / "s.sqlite"))
+    log.started(5, 1, 4, 100.0, 60.0)                              # a running job: held and signalled for 4
+    log.started(5, 4, 8, 104.0, 60.0, pending=True)                # requeued, then its request updated to 8
+    assert log.counts == {"started": 1, "done": 0, "wasted": 0} and log.open["5"] == {
+        "from": 1, "to": 8, "t": 100.0, "ran_at": None, "requeued": True}
+    log.observe({5: Job(finished=False, state="RUNNING", gpus=8, start_time=106)}, 110.0, 60.0)
+    assert log.counts == {"started": 1, "done": 1, "wasted": 0}
+    log.started(6, 1, 2, 100.0, 60.0, pending=True)                # never ran: its request only
+    log.started(6, 2, 1, 104.0, 60.0, pending=True)                # taken back: nothing was spent
+    log.started(7, 1, 4, 100.0, 60.0)
+    log.started(7, 4, 1, 104.0, 60.0, pending=True)                # requeued for nothing
+    assert log.counts == {"started": 3, "done": 1, "wasted": 1} and set(log.open) == {"5"}
+
+
 def test_an_elastic_update_names_its_nodes_and_a_running_one_is_preempted_first():
     pend = Observed(1, "PENDING", True, "JobHeldAdmin", 1, 0, 4, wanted_gpus=8, wanted_nodes=2, mark="held")
     run = Observed(2, "RUNNING", False, "", 0, 5, 4, wanted_gpus=2, wanted_nodes=1, running_for=99.0)

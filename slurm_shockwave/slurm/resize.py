@@ -168,11 +168,26 @@ class ResizeLog:
         if self.metrics is not None:
             self.metrics.resizes.labels(outcome).inc()
 
-    def started(self, job_id, old: int, new: int, now: float, round_length: float) -> None:
-        """Its first step was enacted (an update of its request, or its checkpoint signal or hold)."""
+    def started(self, job_id, old: int, new: int, now: float, round_length: float, pending: bool = False) -> None:
+        """Its first step was enacted (an update of its request, or its checkpoint signal or hold); `pending`: an
+        update of a pending job's request.  A change that has not run yet, revised by such an update, stays one
+        change (no restart more): its target moves; one taken back to the count before it ends, wasted only if the
+        job was requeued for it."""
         key, entry = str(job_id), self.open.get(str(job_id))
         if entry is not None and entry["to"] == new:
             return  # the same change, still under way (or re-entered after a restart of the controller)
+        if entry is not None and entry["ran_at"] is None and pending:
+            if new != entry["from"]:
+                log.info(
+                    "job %s: resize %d -> %d GPU(s) revised to %d while pending", key, entry["from"], entry["to"], new
+                )
+                entry["to"] = new
+                return
+            if entry.get("requeued", True):
+                self._count("wasted")
+            log.warning("job %s: resize to %d GPU(s) taken back while pending", key, entry["to"])
+            del self.open[key]
+            return
         if entry is not None and (entry["ran_at"] is None or now - entry["ran_at"] < round_length):
             self._count("wasted")
             log.warning(
@@ -180,7 +195,7 @@ class ResizeLog:
             )
         self._count("started")
         log.info("job %s: resize %d -> %d GPU(s) started", key, old, new)
-        self.open[key] = {"from": old, "to": new, "t": now, "ran_at": None}
+        self.open[key] = {"from": old, "to": new, "t": now, "ran_at": None, "requeued": not pending}
 
     def observe(self, jobs: dict, now: float, round_length: float) -> None:
         """At the start of a round: a resize is done when its job runs at its new count; forgotten once it ran a round
@@ -264,5 +279,6 @@ class Elastic:
             if result == "done" and a.verb in STEPS:
                 for j in a.job_ids:
                     if j in self.want:
-                        self.log.started(j, self.want[j][0], self.want[j][1], now, round_length)
+                        pending = a.verb == Verb.UPDATE_GPUS
+                        self.log.started(j, self.want[j][0], self.want[j][1], now, round_length, pending)
         self.log.save()
