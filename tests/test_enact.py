@@ -383,37 +383,3 @@ def test_a_submitit_job_is_recognised_and_a_killing_signal_is_reported(tmp_path)
     assert any("KILL would kill it" in w and "B:USR1" in w for w in warnings), warnings
     assert not any("signal" in w for w in b.round_context().jobs["1"].warnings)
 
-
-# ---------------------------------------------------------------- a signalled run planned again (kill -9 test, 22.05)
-def test_a_signalled_run_planned_again_is_not_released_while_it_runs():
-    """Its own requeue may be under way (the wrapper checkpoints, then `scontrol requeue`): released at that moment,
-    Slurm restarts it in the second of the requeue and kills the restart (the job ended FAILED with 9 of 20 epochs
-    in a kill -9 run).  It stays held and is released once seen PENDING; a job held while running that no signal
-    reached (it started between our observation and our hold) is released at once, as before."""
-    held = Observed(9, "RUNNING", True, "JobHeldAdmin", 2, None, 1, admin_comment=PREEMPTED, mark="held",
-                    running_for=20.0)
-    signalled = {9: [100.0, 2]}
-    assert verbs(reconcile([held], {9}, "authoritative", HIGH, 104.0, signalled, 2, never)) == {}
-    assert verbs(reconcile([held], {9}, "authoritative", HIGH, 104.0, {}, 2, never)) == {("release", ""): (9,)}
-    # a signal sent to an earlier run does not count for this one
-    assert verbs(reconcile([held], {9}, "authoritative", HIGH, 104.0, {9: [50.0, 1]}, 2, never)) == {
-        ("release", ""): (9,)}
-    # back in the queue, held: released (the restart gap is the backend's, timing.py)
-    pending = Observed(9, "PENDING", True, "JobHeldAdmin", 3, 0, 1, admin_comment=PREEMPTED, mark="held")
-    assert ("release", "") in verbs(reconcile([pending], {9}, "authoritative", HIGH, 106.0, signalled, 2, never))
-
-
-def test_a_replanned_signal_is_sent_afresh_when_the_run_loses_a_later_round():
-    """Planned again after its signal, the run went on (its program checkpointed or ignored the signal and did not
-    requeue): when it loses a later round it gets a new signal (its last checkpoint may be old), not a requeue."""
-    from slurm_shockwave.slurm.signals import replanned, signal_time
-
-    held = Observed(9, "RUNNING", True, "JobHeldAdmin", 2, None, 1, admin_comment=PREEMPTED, mark="held",
-                    running_for=200.0)
-    entry = [100.0, 2, 1]
-    assert replanned(entry) and not replanned([100.0, 2]) and signal_time(entry, 2) == 100.0
-    acts = verbs(reconcile([held], set(), "authoritative", HIGH, 300.0, {9: entry}, 2, never))
-    assert acts == {("signal", "B:USR1"): (9,)}
-    # not replanned: past its grace it is requeued held, as before
-    acts = verbs(reconcile([held], set(), "authoritative", HIGH, 300.0, {9: [100.0, 2]}, 2, never))
-    assert set(acts) == {("requeue_hold", PREEMPTED)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shockwave_lab.simulate import run_simulation
 from shockwave_lab.sim.cluster import SimulatedCluster
 from shockwave_lab.sim.slurm_starts import place
+from shockwave_lab.simulate import run_simulation
 from solver.types import GPU, RoundDecision
 from tests.helpers import job, table
 

@@ -35,9 +35,8 @@ from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
 from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
-from slurm_shockwave.slurm.preemptions import PreemptionLog
+from slurm_shockwave.slurm.preemptions import PreemptionLog, replanned, settle, signal_time
 from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
-from slurm_shockwave.slurm.signals import replanned, settle, signal_time
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
 from solver.preemption import remaining_s
 from solver.types import ClusterView, JobView, RoundDecision
@@ -312,12 +311,11 @@ class SlurmBackend(ServiceBackend):
                 self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
                 self.preemptions.save()
 
-        wait = restart_gap(actions, self._pending_since, self.clock)  # at most one short wait per round
-        if wait > 0:
+        if (wait := restart_gap(actions, self._pending_since, self.clock)) > 0:  # at most one short wait per round
             self.sleep(wait)
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         self.elastic.enacted(results, now, self.round_length)
-        self._follow = settle(self.signalled, self._observed, run, moves)  # signals.py
+        self._follow = settle(self.signalled, self._observed, run, moves)  # preemptions.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
 

@@ -42,7 +42,7 @@ from slurm_shockwave.slurm.errors import SlurmError, unreachable
 from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import SlurmJob, in_partition
 from slurm_shockwave.slurm.ownership import marked, parse_mark, status_of, unmarked
-from slurm_shockwave.slurm.signals import replanned, signal_time
+from slurm_shockwave.slurm.preemptions import replanned, signal_time
 
 #: the verb of a node pin (nodes.py): consecutive pins are made in one call (Enactor._pin_together)
 PIN_VERB = Verb.PLACE_NODES

@@ -152,7 +152,8 @@ def result_path(spec, policy: str, var: str, out=OUT) -> Path:
     return Path(out) / spec.name / var / f"{run_key(policy)}-{workload_hash()}.json"
 
 
-def run_one(spec, policy: str, var: str, tmpdir: Path, out=OUT, force=False) -> dict:
+def run_one(spec, policy: str, var: str, tmpdir: Path, out=OUT, force=False, slurm_starts: bool = False) -> dict:
+    """`slurm_starts`: Slurm's own starts between rounds (study_elastic_starts.py)."""
     path = result_path(spec, policy, var, out)
     if path.exists() and not force:
         return json.loads(path.read_text())
@@ -160,13 +161,14 @@ def run_one(spec, policy: str, var: str, tmpdir: Path, out=OUT, force=False) -> 
     jobs = variant(load_workload(trace, ThroughputTable.load(thr), spec.gpus), var)
     semantics = study_semantics(policy)
     t0 = time.perf_counter()
-    r = run_simulation(jobs, thr, spec.cluster, policy, semantics=semantics)
+    r = run_simulation(jobs, thr, spec.cluster, policy, semantics=semantics, slurm_starts=slurm_starts)
     row = {
         "trace": spec.name,
         "variant": var,
         "policy": policy,
         "gpus": spec.gpus,
         "semantics": semantics,
+        **({"slurm_starts": True} if slurm_starts else {}),
         "code": code_hash(policy),
         "workload_code": workload_hash(),
         "elastic_jobs": sum(j.gpus_range is not None for j in jobs),
@@ -209,16 +211,16 @@ CHECKS = {
 }  # fmt: skip
 
 
-def targets(spec, load: float, out=OUT) -> tuple[str, list[tuple]]:
+def targets(spec, load: float, out=OUT, compared=None) -> tuple[str, list[tuple]]:
     """(kind, [(variant, target, default's value, the compared value, met)]): the issue's targets for the load
-    (values None where a run is missing)."""
+    (values None where a run is missing); `compared(policy, variant)`: the run compared with (default: from `out`)."""
     default = default_policy().name
     kind = "light" if load < 1 else "contended"
     rows = []
     for var in VARIANTS[1:]:
         d = _get(spec, default, var, out)
         for name, policy, against, metric, strict in CHECKS[kind]:
-            c = _get(spec, policy or default, against or var, out)
+            c = (compared or (lambda p, v: _get(spec, p, v, out)))(policy or default, against or var)
             if d is None or c is None:
                 rows.append((var, name, None, None, None))
                 continue
