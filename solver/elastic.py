@@ -163,7 +163,8 @@ def size(
         return j.running_gpus if j.ran_last_round and j.running_gpus in rd.options[jid] else None
 
     why: dict[Any, str] = {}
-    # 1. a job keeps a count above its base while the round leaves its extra GPUs idle; below its base, see 4
+    # 1. a job keeps a count above its base while the round leaves its extra GPUs idle; one below its base keeps it
+    # unless going back up pays
     for jid in size_of:
         w, base = was(jid), jobs[jid].num_gpus
         if w is None or w == size_of[jid] or size_of[jid] != base:

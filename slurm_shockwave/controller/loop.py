@@ -139,7 +139,7 @@ class RoundLoop:
         return record
 
     def _gate(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
-        """The preemption gate (when on), and this round's preemptions counted."""
+        """The preemption gate (when on), and this round's preemptions (`_place` counts them)."""
         stopping = self.backend.stopping()
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
@@ -155,9 +155,7 @@ class RoundLoop:
             if why:
                 wasted[j.job_id] = why
         kept = [j for j, p in decision.plans.items() if p.rule == "kept" and j in run]
-        self.last_preemptions = {"preempted": [j.job_id for j in lost], "kept": kept, "wasted": wasted}
-        for key, items in self.last_preemptions.items():
-            self.preemptions[key] += len(items)
+        self.last_preemptions = {"preempted": [j.job_id for j in lost], "kept": kept, "wasted": wasted}  # _place counts
         return decision
 
     def _place(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
@@ -194,14 +192,13 @@ class RoundLoop:
                 placed = assign_nodes(view, sized, moves)
             self.moves += len(moved(view, placed))
             sized = placed
-        # a job that lost its round but runs on fewer GPUs was resized, not preempted
-        shrunk = [j for j in self.last_preemptions.get("preempted", []) if j in set(sized.run)]
-        if shrunk:
-            self.last_preemptions["preempted"] = [j for j in self.last_preemptions["preempted"] if j not in shrunk]
-            self.preemptions["preempted"] -= len(shrunk)
-            for j in shrunk:
-                if self.last_preemptions["wasted"].pop(j, None) is not None:
-                    self.preemptions["wasted"] -= 1
+        # a job that lost its round but runs on fewer GPUs was resized, not preempted; then the preemptions count
+        running, round_ = set(sized.run), self.last_preemptions
+        if running & set(round_.get("preempted", [])):
+            round_["preempted"] = [j for j in round_["preempted"] if j not in running]
+            round_["wasted"] = {j: w for j, w in round_["wasted"].items() if j not in running}
+        for key, items in round_.items():
+            self.preemptions[key] += len(items)
         for s in self.last_resizes.values():
             if s.after != s.before:
                 self.resizes["grown" if s.after > s.before else "shrunk"] += 1
