@@ -79,3 +79,22 @@ def test_an_elastic_arrival_slurm_started_is_grown_through_a_restart():
     assert sum(first.decision.placement[1].values()) > 1                        # grown at once
     restarts = {r.job_id: r.restarts for r in with_model.records}
     assert restarts[1] >= 1 and {r.job_id: r.restarts for r in without.records}[1] < restarts[1]
+
+
+def test_the_rounds_keep_their_clock_while_the_cluster_is_idle():
+    """The controller's rounds run from the trace's start whether jobs run or not: a first arrival at 63 s starts on
+    its own count at once (Slurm), and the round at 120 s sees it running; a later arrival after a long idle spell
+    likewise lands between two rounds of that clock."""
+    specs = [_job(0, 1000, arrival=63.0), _job(1, 1000, arrival=1000.0)]
+    c = _cluster(specs, True)
+    assert c.now == 0.0
+    c.apply(RoundDecision(run=()))
+    c.advance()
+    assert c.now == 120.0 and c.usage_log == [(0, 63.0, 120.0, 1)]
+    assert [j.ran_last_round for j in c.observe().jobs] == [True]
+    while c.now < 1000.0:
+        c.apply(RoundDecision(run=tuple(j.job_id for j in c.observe().jobs),
+                              placement={j.job_id: {GPU: 1} for j in c.observe().jobs}))
+        c.advance()
+    # job 0 ended at 173 (a round ends with its last job, as the reference's); the idle rounds go on from there
+    assert c.usage_log[-1][:2] == (1, 1000.0) and c.now == 173.0 + 7 * 120.0   # started at its arrival, mid-round

@@ -308,7 +308,7 @@ def _inputs(res: dict):
     trace = Path(res["trace"])
     if not trace.exists():                  # kept before the lab moved (or on another checkout): the bundled one
         trace = TRACES / trace.name
-    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"])
+    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"], elastic=res.get("elastic"))
     cost = start_cost(res["real"]) if res.get("fair_share") else res.get("restart_cost_s") or 20.0
     return specs, table, cost, res["time_scale"] if res.get("fair_share") else None
 

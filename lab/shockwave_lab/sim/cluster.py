@@ -116,7 +116,8 @@ class SimulatedCluster(ClusterBackend):
         self.n_jobs = len(jobs)
         self.active: dict[object, SimJob] = {}
         self.finished: list[JobRecord] = []
-        self.now = self._pending[-1].arrival_time if self._pending else 0.0
+        # Slurm's starts: the controller's rounds keep their own clock from the trace's start, idle or not
+        self.now = self._pending[-1].arrival_time if self._pending and not slurm_starts else 0.0
         self.round_index = 0
         self.busy_gpu_seconds = 0.0
         self.utilization_timeline: list[tuple[float, float, int]] = []   # (start, end, busy GPUs)
@@ -162,7 +163,7 @@ class SimulatedCluster(ClusterBackend):
     def advance(self) -> None:
         self._last_round_run_time = {}
         end = self._early_end(max(d.finish for d in self._dispatched)) if self._dispatched else None
-        if self.slurm_starts and (end is not None or self.active):
+        if self.slurm_starts:
             self._start_arrivals(self.now + self.round_length if end is None else end)
             end = self.now + self.round_length if end is None and self._dispatched else end
         ran = {d.job.spec.job_id: (d.gpu_type, d.gpus, self._round_nodes.get(d.job.spec.job_id, ()))
@@ -185,8 +186,10 @@ class SimulatedCluster(ClusterBackend):
             self.now = end
         elif self.active:
             self.now += self.round_length                    # nothing fitted: an idle round
-        elif self._pending:
-            self.now = max(self.now, self._pending[-1].arrival_time)
+        elif self._pending:          # idle: to the next arrival (Slurm's starts: the last round before it, if any)
+            gap = self._pending[-1].arrival_time - self.now
+            rounds = math.floor(gap / self.round_length) if self.slurm_starts else 0
+            self.now += rounds * self.round_length if rounds >= 1 else max(0.0, gap)
         self._prev_gpus = ran
         self._prev_nodes = {j: n for j, (_t, _g, n) in ran.items() if n}
         self._dispatched = []
