@@ -11,9 +11,9 @@ An elastic job (`JobSpec.gpus_range`, set by `shockwave replay --elastic N` as `
 carries its epoch duration at each batch size on each GPU count the simulator offers it (`epoch_s_by_gpus`: the
 profiled counts within its range, from the same table) and declares its range in its comment (`gpus=MIN-MAX`; its
 `--gres` stays its own count) and its profile at its first batch size (`speedup=2x1.55/...`, as a researcher who
-profiled the job would: the controller's knowledge of a count it has not run on).  `check_counts` refuses a job the controller could give a count the table has no
-throughput for, or deny one the simulator offers (the controller's counts divide the batch and fit a node:
-slurm/resize.py `counts`).
+profiled the job would: the controller's knowledge of a count it has not run on).  `check_counts` refuses a job
+the controller could give a count the table has no throughput for, or deny one the simulator offers (the
+controller's counts divide the batch and fit a node: slurm/resize.py `counts`).
 """
 from __future__ import annotations
 
