@@ -119,3 +119,30 @@ def test_a_replanned_signal_is_sent_afresh_when_the_run_loses_a_later_round():
     # not replanned: past its grace it is requeued held, as before
     acts = verbs(reconcile([held], set(), "authoritative", HIGH, 300.0, {9: [100.0, 2]}, 2, never))
     assert set(acts) == {("requeue_hold", PREEMPTED)}
+
+
+def test_a_controller_killed_around_the_replanned_round_still_does_not_release_the_running_job(tmp_path):
+    """kill -9 at the new point: after the round that planned the signalled job again (its overruled signal saved)
+    or just before that save (the signal saved, not yet overruled): a new controller on the same state directory
+    keeps the job held while it runs and releases it once it is back in the queue."""
+    now = [1000.0]
+    running = slurm_job(5, state="RUNNING", start_time=100)
+    held = dataclasses.replace(running, held=True, priority=0, admin_comment="shockwave:held preempted")
+    b = fake_backend(tmp_path, [running], mode="authoritative", clock=lambda: now[0])
+    b.observe()
+    b.apply(RoundDecision(run=()))                                     # held, then signalled; the signal saved
+    for saved in ([1000.0, 0], [1000.0, 0, 1]):                        # before / after the replanned round's save
+        b.state.put("signalled", {"5": saved})
+        now[0] += 3.0
+        again = fake_backend(tmp_path, [held], mode="authoritative", clock=lambda: now[0])   # the restart
+        assert again.signalled == {5: saved}
+        n = len(sent(again))
+        again.observe()
+        again.apply(RoundDecision(run=(5,)))
+        assert ("release", (5,)) not in _verbs(again, n) and again.signalled[5] == [1000.0, 0, 1]
+    again.cli.jobs = [dataclasses.replace(held, state="PENDING", restart_count=1, state_reason="JobHeldAdmin")]
+    now[0] += 3.0
+    again.observe()
+    n = len(sent(again))
+    again.apply(RoundDecision(run=(5,)))
+    assert ("release", (5,)) in _verbs(again, n)
