@@ -1,6 +1,6 @@
 """Slurm's own starts between rounds in the simulator (`slurm_starts`, the replay's model of a Slurm site): an
 arrival the controller has not seen starts on its asked count as soon as its gang fits, and the next round sees it
-running there; an elastic one the default grows then restarts, as on Slurm (docs/replay.md, "Elastic jobs")."""
+running there; an elastic one the default grows then restarts, as on Slurm (docs/replay-elastic.md)."""
 from __future__ import annotations
 
 import pytest

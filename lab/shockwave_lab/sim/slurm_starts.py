@@ -2,7 +2,7 @@
 
 On a Slurm cluster the controller holds only the pending jobs a round has seen; a job submitted since is not held,
 and Slurm starts it on its own request (its asked count, never a range) as soon as its gang fits on idle GPUs: at its
-arrival, or when a job that ends frees GPUs, before the controller's next round (docs/replay.md, "Elastic jobs").
+arrival, or when a job that ends frees GPUs, before the controller's next round (docs/replay-elastic.md).
 The next round sees it running there (an elastic job that round grows restarts, as on Slurm).  The fit is Slurm's
 for one job: a gang of up to a node's GPUs on the first node (by name) with room, a larger one on whole free nodes;
 without nodes, room in the type's pool; the job's reference type first, then the other types its request allows.
