@@ -104,6 +104,16 @@ class SlurmMultifactor(Policy):
         self._on_nodes = False         # this round's backfill plans on nodes (_columns)
 
     # ------------------------------------------------------------------ priority
+    @staticmethod
+    def key(job):
+        """Whose usage a job's run is counted to and whose fair-share factor it gets: its user (a site's model
+        keys it by association, whatif/site_model.py)."""
+        return job.user
+
+    def _tick(self) -> None:
+        """At a PriorityCalcPeriod tick, after the usage the factor sees is taken (a site's model computes its
+        factors here)."""
+
     def _charge(self, view: ClusterView) -> None:
         """Decay the usage to now, count the round that ended, and at a PriorityCalcPeriod tick take the usage the
         factor sees, then count the running jobs' run since the last tick."""
@@ -115,8 +125,9 @@ class SlurmMultifactor(Policy):
         live = set()
         for j in view.jobs:
             live.add(j.job_id)
-            self.users[j.job_id] = [j.user, j.num_gpus]
-            self.usage.setdefault(j.user, 0.0)
+            key = self.key(j)
+            self.users[j.job_id] = [key, j.num_gpus]
+            self.usage.setdefault(key, 0.0)
         for jid, seconds in view.last_round_run_time.items():
             if jid in self.users:
                 self.uncounted[jid] = self.uncounted.get(jid, 0.0) + seconds * self.users[jid][1]
@@ -126,6 +137,7 @@ class SlurmMultifactor(Policy):
             self.seen, self.last_calc = dict(self.usage), float(view.now)
             for jid in list(self.uncounted):                # still running: counted at the tick, after the factor
                 self._count(jid)
+            self._tick()
         else:                                          # a user first seen between two ticks starts at 0
             self.seen = {u: self.seen.get(u, 0.0) for u in self.usage}
 
@@ -150,7 +162,8 @@ class SlurmMultifactor(Policy):
             size = (min(1.0, math.ceil(job.num_gpus / per_node) / len(view.nodes)) + size) / 2
         if cfg.favor_small:
             size = 1.0 - size
-        value = cfg.weight_age * age + cfg.weight_fairshare * self.fairshare(job.user) + cfg.weight_job_size * size
+        fs = self.fairshare(self.key(job)) if cfg.weight_fairshare else 0.0
+        value = cfg.weight_age * age + cfg.weight_fairshare * fs + cfg.weight_job_size * size
         return max(1, int(value))
 
     # ------------------------------------------------------------------ one round

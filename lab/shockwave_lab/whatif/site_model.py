@@ -151,32 +151,8 @@ class SiteSlurm(SlurmMultifactor):
     def key(job) -> tuple:
         return (job.account or job.user, job.user)
 
-    def _charge(self, view) -> None:
-        """The baseline's usage accounting (decay, counted at a job's end or at a PriorityCalcPeriod tick), keyed by
-        association; then this round's fair-share factors."""
-        if self.last_now is not None:
-            decay = 2.0 ** (-max(0.0, view.now - self.last_now) / self.config.decay_half_life_s)
-            self.usage = {u: x * decay for u, x in self.usage.items()}
-            self.uncounted = {k: x * decay for k, x in self.uncounted.items()}
-        self.last_now = float(view.now)
-        live = set()
-        for j in view.jobs:
-            live.add(j.job_id)
-            key = self.key(j)
-            self.users[j.job_id] = [key, j.num_gpus]
-            self.usage.setdefault(key, 0.0)
-        for jid, seconds in view.last_round_run_time.items():
-            if jid in self.users:
-                self.uncounted[jid] = self.uncounted.get(jid, 0.0) + seconds * self.users[jid][1]
-        for jid in [k for k in self.uncounted if k not in live]:
-            self._count(jid)
-        if self.last_calc is None or view.now - self.last_calc >= self.config.calc_period_s:
-            self.seen, self.last_calc = dict(self.usage), float(view.now)
-            for jid in list(self.uncounted):
-                self._count(jid)
-            self.factors = self.tree.fair_tree(self.seen) if self.fair_tree_mode else {}
-        else:
-            self.seen = {u: self.seen.get(u, 0.0) for u in self.usage}
+    def _tick(self) -> None:
+        self.factors = self.tree.fair_tree(self.seen) if self.fair_tree_mode else {}
 
     def fairshare(self, key) -> float:
         if self.fair_tree_mode:
@@ -186,16 +162,3 @@ class SiteSlurm(SlurmMultifactor):
         if total <= 0:
             return 1.0
         return 2.0 ** (-(self.seen.get(key, 0.0) / total) / s) if s > 0 else 0.0
-
-    def priority(self, view, job) -> int:
-        cfg = self.config
-        age = min(1.0, max(0.0, view.now - self.eligible.get(job.job_id, job.arrival_time)) / cfg.max_age_s)
-        size = min(1.0, job.num_gpus / view.num_gpus) if view.num_gpus else 0.0
-        if view.nodes:
-            per_node = max(g for _t, g in view.nodes.values()) or 1
-            size = (min(1.0, math.ceil(job.num_gpus / per_node) / len(view.nodes)) + size) / 2
-        if cfg.favor_small:
-            size = 1.0 - size
-        fs = self.fairshare(self.key(job)) if cfg.weight_fairshare else 0.0
-        value = cfg.weight_age * age + cfg.weight_fairshare * fs + cfg.weight_job_size * size
-        return max(1, int(value))
