@@ -91,6 +91,16 @@ def test_throughputs_for_counts_the_table_lacks_scale_the_largest_profiled(tmp_p
     assert nearest([16, 64], 32) == 64 and nearest([16, 32, 64], 23) == 32
 
 
+def test_a_count_the_table_lacks_is_the_largest_profiled_count_below_at_that_batch_size_scaled_linearly():
+    t = ThroughputTable({("m (batch size 32)", 1): 10.0, ("m (batch size 32)", 2): 18.0, ("m (batch size 64)", 1): 6.0,
+                         ("m (batch size 32)", 4): 30.0})
+    assert t.scaled("m", 32, 2) == 18.0                       # profiled: itself
+    assert t.scaled("m", 32, 3) == pytest.approx(18.0 * 3 / 2)  # from 2, not from 1
+    assert t.scaled("m", 32, 16) == pytest.approx(30.0 * 4)
+    assert t.scaled("m", 64, 4) == pytest.approx(6.0 * 4)     # batch 64 is profiled on 1 GPU only
+    assert t.scaled("m", 128, 4) is None and t.scaled("other", 32, 2) is None
+
+
 def test_registered_format_gives_rows_of_the_exclusive_time(tmp_path, table):
     rows, tally = load("pollux-workload", write(tmp_path))
     entries = {x["id"]: x for x in to_entries(read_jobs(tmp_path / "workload-1.csv"), table)}

@@ -9,7 +9,7 @@ reference workload that has a throughput at 1, 2, 4 and 8 GPUs and adapts under 
 
 so that alone on its GPUs it runs for its measured time (within half a step: under 0.012 s with the bundled TACC
 table).  A GPU count the throughputs file has no value for (3, 16, 64, ...) gets the one of the largest profiled
-count below it scaled linearly (thr(g) = thr(g0) x g / g0); `throughputs_json` writes a file with those values (and,
+count below it scaled linearly (`ThroughputTable.scaled`); `throughputs_json` writes a file with those values (and,
 for every GPU type of the trace, a column equal to the v100 one: the trace measured each job on its own type only,
 so the types' relative speeds are unknown and every job runs for its measured time on its type).  The value at the
 job's own count cancels out of its run time; it matters only when a policy runs the job at another count or batch
@@ -69,7 +69,7 @@ def rates(table: ThroughputTable, counts) -> dict[int, dict[int, float]]:
             out[g] = table.batch_sizes(model, g)
         else:
             g0 = max(c for c in profiled if c < g)
-            out[g] = {b: thr * g / g0 for b, thr in table.batch_sizes(model, g0).items()}
+            out[g] = {b: table.scaled(model, b, g) for b in table.batch_sizes(model, g0)}
     return out
 
 

@@ -17,7 +17,7 @@ time at its initial batch size / epochs) on one GPU at the profiled batch size n
 The length is work, not time: a job on another count or batch size runs at the model's rate there.  Clipped, and
 counted: ncf jobs on more than one GPU (Recommendation is profiled on one GPU only) to one GPU; a job larger than
 `max_gpus` to `max_gpus` (its work kept).  A GPU count the throughputs lack (16, 32) gets the value of the largest
-profiled count below it scaled linearly, as `entries.rates` does (`throughputs_json` writes it).
+profiled count below it scaled linearly (`ThroughputTable.scaled`; `throughputs_json` writes it).
 
 `read` (the `trace import --format pollux-workload` path) gives each job as a `Row` whose run time is that job
 spec's exclusive time on its GPUs: the generic importer's ResNet-18 stand-in then runs as long.
@@ -131,15 +131,6 @@ def _profiled(table: ThroughputTable, model: str) -> list[int]:
     return sorted({g for g in (1, 2, 4, 8, 16, 32, 64) if table.batch_sizes(model, g)})
 
 
-def rate(table: ThroughputTable, model: str, bs: int, g: int) -> float | None:
-    """it/s of the model at `bs` on `g` GPUs: profiled, else the largest profiled count below scaled linearly."""
-    thr = table.get(model, bs, g)
-    if thr is not None:
-        return thr
-    below = [c for c in _profiled(table, model) if c < g and table.get(model, bs, c)]
-    return table.get(model, bs, below[-1]) * g / below[-1] if below else None
-
-
 def to_entries(jobs: list[Job], table: ThroughputTable, max_gpus: int | None = None, tally: Tally | None = None):
     """Job-spec entries in arrival order (arrival = the row's time), clipping counted in `tally`."""
     tally = tally if tally is not None else Tally()
@@ -177,19 +168,19 @@ def to_entries(jobs: list[Job], table: ThroughputTable, max_gpus: int | None = N
 def exclusive_seconds(entry: dict, table: ThroughputTable) -> float:
     """An entry's run time alone on its GPUs."""
     steps = entry["epochs"] * steps_per_epoch(entry["samples_per_epoch"], entry["batch_size"])
-    return steps / rate(table, entry["model"], entry["batch_size"], entry["gpus"])
+    return steps / table.scaled(entry["model"], entry["batch_size"], entry["gpus"])
 
 
 def throughputs_json(entries: list[dict], source=TACC) -> dict | None:
     """The Gavel-format file `source` (its v100 column) plus every (model, batch size) of the entries' models at
-    each of the entries' counts it lacks (scaled by `rate`); None when it lacks none."""
+    each of the entries' counts it lacks (`ThroughputTable.scaled`); None when it lacks none."""
     raw = json.loads(Path(source).read_text())
     table = ThroughputTable.load(source)
     extra = {}
     for model in sorted({e["model"] for e in entries}):
         for g in sorted({e["gpus"] for e in entries if e["model"] == model} - set(_profiled(table, model))):
             for b in table.batch_sizes(model, _profiled(table, model)[-1]):
-                extra[str((f"{model} (batch size {b})", g))] = {"null": rate(table, model, b, g)}
+                extra[str((f"{model} (batch size {b})", g))] = {"null": table.scaled(model, b, g)}
     return {"v100": {**raw["v100"], **extra}} if extra else None
 
 

@@ -51,6 +51,16 @@ class ThroughputTable:
         """All profiled batch sizes (-> it/s) of a model at a gang size."""
         return dict(self._by_model.get((model, num_gpus), {}))
 
+    def scaled(self, model: str, batch_size: int, num_gpus: int) -> float | None:
+        """Iterations per second on `num_gpus` GPUs: profiled, else the largest profiled count below it at this
+        batch size scaled linearly (thr(g) = thr(g0) x g / g0: the importers' rule for a count a trace asks and
+        the table lacks); None when no count below is profiled."""
+        thr = self.get(model, batch_size, num_gpus)
+        if thr is not None:
+            return thr
+        below = [g for g in self.gpu_counts(model, batch_size) if g < num_gpus]
+        return self.get(model, batch_size, max(below)) * num_gpus / max(below) if below else None
+
     def gpu_counts(self, model: str, batch_size: int) -> dict[int, float]:
         """Every profiled GPU count (-> it/s of the whole job) of a model at a batch size."""
         return {sf: by_bs[batch_size] for (m, sf), by_bs in sorted(self._by_model.items())
