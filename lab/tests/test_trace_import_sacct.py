@@ -105,6 +105,47 @@ def test_steps_are_counted_and_limits_clip_or_drop():
     )
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_each_job_keeps_the_time_limit_slurm_recorded(version):
+    """The recorded clusters' partition gives every job a year (525,600 min; `time.limit`, a number on 22.05 and
+    {set, infinite, number} later).  Slurm records the requeued job 6 without a limit (22.05: none on both runs;
+    24.11: infinite on both; 26.05: a year on the requeued run, infinite on the last: the earlier run's is kept).
+    The text files were recorded without the Timelimit column: no limit."""
+    jobs = _by_id(load("sacct-json", DATA / f"sacct_{version}.json")[0])
+    year = 525_600 * 60.0
+    assert {j: r.limit for j, r in jobs.items()} == {j: year for j in KEPT} | {"6": year if version == "26.05" else None}
+    assert {r.limit for r in load("sacct", DATA / f"sacct_{version}.txt")[0]} == {None}
+
+
+@pytest.mark.parametrize(
+    "limit,seconds",
+    [("01:30:00", 5400.0), ("2-00:00:00", 172800.0), ("45:00", 2700.0), ("90", 5400.0), ("1-12", 129600.0),
+     ("UNLIMITED", None), ("Partition_Limit", None), ("00:00:00", None)],
+)  # fmt: skip
+def test_text_timelimit_column_in_sbatch_forms(tmp_path, limit, seconds):
+    lines = (DATA / "sacct_24.11.txt").read_text().splitlines()
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join([lines[0] + "|Timelimit"] + [ln + "|" + limit for ln in lines[1:]]) + "\n")
+    rows, _tally = load("sacct", path)
+    assert rows and {r.limit for r in rows} == {seconds}
+
+
+@pytest.mark.parametrize(
+    "limit,json_limit", [("-1:00", -5), ("1:2:3:4", "x"), ("10 hours", float("nan")), ("9" * 60, 10**9)]
+)
+def test_a_bad_time_limit_is_an_error_naming_the_row(tmp_path, limit, json_limit):
+    lines = (DATA / "sacct_24.11.txt").read_text().splitlines()
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join([lines[0] + "|Timelimit"] + [ln + "|01:00:00" for ln in lines[1:]]) + "\n")
+    text = path.read_text().splitlines()
+    text[2] = text[2].rsplit("|", 1)[0] + "|" + limit
+    path.write_text("\n".join(text) + "\n")
+    with pytest.raises(WorkloadError, match=r"t\.txt:3: Timelimit"):
+        load("sacct", path)
+    with pytest.raises(WorkloadError, match=r"job 1.*time\.limit"):
+        load("sacct-json", _json_with(tmp_path, lambda j: j["time"].update(limit={"set": True, "number": json_limit})))
+
+
 def _json_with(tmp_path, change):
     data = json.loads((DATA / "sacct_26.05.json").read_text())
     change(data["jobs"][1])

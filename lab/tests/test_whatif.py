@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,21 @@ def test_shares_decide_between_equal_users():
         slurm, _default, _notes = run_both(rows, _cluster(2), site, shares, slurm_round_s=30)
         starts = {k: j.start for k, j in slurm.jobs.items()}
         assert min(("s1", "b1"), key=starts.get) == first, starts
+
+
+def test_the_site_backfills_by_the_time_limits_the_history_recorded():
+    """Two GPUs: A (1 GPU, 1 h) runs, B (2 GPUs) waits for it, C (1 GPU, 10 min) fits beside A.  With the model's
+    assumed limits (1.5 x run time) C is backfilled at once; with the limit sacct recorded for it (a day, as users
+    ask) it would delay B's reservation, so it waits for B; the notes say which limits were used."""
+    rows = [Row("A", 0.0, 3600.0, 1, "u1", "a"), Row("B", 10.0, 600.0, 2, "u2", "a"), Row("C", 20.0, 600.0, 1, "u3")]
+    site = inputs.Site(weight_age=1000, calc_period_s=60)
+    assumed, _d, notes = run_both(rows, _cluster(2), site, [], slurm_round_s=30)
+    assert assumed.jobs["C"].start < 100 and assumed.jobs["B"].start >= assumed.jobs["A"].finish - 1e-6
+    assert any("no time limit in the history" in n for n in notes)
+    limited = [replace(r, limit=86400.0) if r.id == "C" else replace(r, limit=7200.0) for r in rows]
+    recorded, _d, notes = run_both(limited, _cluster(2), site, [], slurm_round_s=30)
+    assert recorded.jobs["C"].start >= recorded.jobs["B"].finish - 1e-6
+    assert any("time limits as recorded for 3 of 3 job(s)" in n for n in notes), notes
 
 
 @pytest.mark.parametrize(

@@ -90,8 +90,11 @@ class SlurmMultifactor(Policy):
     moves_running_jobs = False    # Slurm never moves a running job to other nodes
     runs_under_controller = False  # Slurm's own scheduler: its preemptions pass no controller gate
 
-    def __init__(self, config: SlurmConfig | None = None):
+    def __init__(self, config: SlurmConfig | None = None, limits: dict | None = None):
+        """`limits`: {job: seconds} the jobs' own time limits where known (a site's recorded ones, sacct); any
+        other job's is the config's assumption (time_limit_factor x its run time)."""
         super().__init__(config)
+        self.recorded = {k: float(v) for k, v in (limits or {}).items() if v is not None and v > 0}
         self.usage: dict = {}          # user -> decayed GPU-seconds Slurm has counted (its RawUsage)
         self.uncounted: dict = {}      # running job -> decayed GPU-seconds since the last tick (counted at the next)
         self.users: dict = {}          # job -> [user, GPUs], kept a round after it ends: its last round is charged
@@ -174,9 +177,10 @@ class SlurmMultifactor(Policy):
         for j in view.jobs:
             self.eligible.setdefault(j.job_id, j.arrival_time)
             if j.job_id not in self.limit:
-                self.limit[j.job_id] = cfg.time_limit_unit_s * math.ceil(
+                assumed = cfg.time_limit_unit_s * math.ceil(
                     cfg.time_limit_factor * j.steps_remaining / j.throughput / cfg.time_limit_unit_s) \
                     if j.throughput > 0 else None
+                self.limit[j.job_id] = self.recorded.get(j.job_id, assumed)
         running = [j for j in view.jobs if j.ran_last_round]
         for j in running:
             self.started.setdefault(j.job_id, [now, self.priority(view, j)])

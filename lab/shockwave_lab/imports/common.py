@@ -40,6 +40,7 @@ class Row:
     gpu_type: str | None = None
     preemptible: bool | None = None
     unfinished: bool = False  # started, still running when the trace was taken
+    limit: float | None = None  # seconds: the time limit it asked (Slurm's TimeLimit); None: unknown or unlimited
 
 
 class Tally:
@@ -155,6 +156,36 @@ def span(path, row, start_field: str, start, end_field: str, end) -> float | Non
     if end < start:
         raise WorkloadError(path, row, end_field, f"ends before its {start_field} ({end - start:g} s)")
     return end - start
+
+
+#: sacct's words for a job without a limit of its own (none, or its partition's)
+UNLIMITED = ("unlimited", "partition_limit", "invalid")
+
+
+def time_limit(path, row, field: str, text) -> float | None:
+    """Seconds of a Slurm time limit in any of sbatch's forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`,
+    `D-HH:MM:SS`; sacct prints `HH:MM:SS` or `D-HH:MM:SS`); None for UNLIMITED, Partition_Limit, 0 (sbatch's "no
+    limit") or a missing cell."""
+    if missing(text) or str(text).strip().lower() in UNLIMITED:
+        return None
+    s = str(text).strip()
+    if len(s) > 32:
+        raise WorkloadError(path, row, field, f"not a time limit: {s[:32]!r}...")
+    days, dash, clock = s.partition("-")
+    if not dash:
+        days, clock = "0", s
+    parts = clock.split(":")
+    if not days.isdigit() or not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        raise WorkloadError(path, row, field, f"not a time limit: {text!r}")
+    n = [int(p) for p in parts]
+    if dash:
+        h, m, sec = (n + [0, 0])[:3]
+    else:
+        h, m, sec = {1: (0, n[0], 0), 2: (0, *n), 3: tuple(n)}[len(n)]
+    seconds = 86400 * int(days) + 3600 * h + 60 * m + sec
+    if seconds > MAX_SECONDS:
+        raise WorkloadError(path, row, field, f"over {MAX_SECONDS:g} s: {text!r}")
+    return float(seconds) or None
 
 
 def name(value) -> str | None:

@@ -4,7 +4,8 @@ v0.0.42) and 26.05 (v0.0.45): `{"meta": ..., "jobs": [...]}`.
 Run it as `sacct --json -a -D -S 2024-01-01 -E now` (-D: every run of a requeued job; 22.05 lists them anyway).
 Per job object: `job_id`, `array.job_id`/`array.task_id` (an array task is `<array job>_<task>`), `het.job_id`/
 `het.job_offset`, `state.current` (a word on 22.05, a list of words later), `time.submission/start/end` (epoch
-seconds; 24.11+ write 4294967294 for "none"), `tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu"
+seconds; 24.11+ write 4294967294 for "none"), `time.limit` (minutes; unlimited: infinite or 4294967295),
+`tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu"
 or "gpu:a100", "count": N}`), `user`, `account`.  Numbers may be plain or `{"set", "infinite", "number"}`.  The
 runs of a job, its requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shockwave_lab.imports.common import Row, Tally, gpus, name, number
+from shockwave_lab.imports.common import MAX_SECONDS, Row, Tally, gpus, name, number
 from shockwave_lab.imports.slurm_runs import Run, rows_of
 from shockwave_lab.workload.errors import WorkloadError
 from slurm_shockwave.loader import parse, read_text
@@ -95,7 +96,15 @@ def _run(loc, where, job) -> Run:
         user=name(job.get("user")),
         account=name(job.get("account")),
         names=("time.start", "time.end"),
+        limit=_limit(loc, num("time.limit", (job.get("time") or {}).get("limit"), optional=True)),
     )
+
+
+def _limit(loc, minutes: float | None) -> float | None:
+    """Seconds of a limit in minutes; None for none or 0 (Slurm's "no limit")."""
+    if minutes and 60.0 * minutes > MAX_SECONDS:
+        raise WorkloadError(loc, 0, "time.limit", f"{minutes:g} minutes is absurd (at most {MAX_SECONDS / 60:g})")
+    return 60.0 * minutes if minutes else None
 
 
 def _gpus(loc, field, items) -> tuple[int, str | None]:

@@ -2,10 +2,10 @@
 
 Run it as
 
-    sacct -a -X -D -P -S 2024-01-01 -E now -o JobID,User,Account,State,Submit,Start,End,AllocTRES,ReqTRES
+    sacct -a -X -D -P -S 2024-01-01 -E now -o JobID,User,Account,State,Submit,Start,End,AllocTRES,ReqTRES,Timelimit
 
 Columns are found by name in the header (any order, others ignored): JobID, Submit, Start, End, State and AllocTRES
-are required; ReqTRES, User and Account are read when present.  GPUs are the `gres/gpu=N` of AllocTRES (a typed
+are required; ReqTRES, User, Account and Timelimit are read when present.  GPUs are the `gres/gpu=N` of AllocTRES (a typed
 `gres/gpu:a100=N` gives the type).  A step row (`123.batch`, without -X) is not a job: it is counted as dropped.
 Times are read as sacct prints them (local time, no zone: only differences are used).  The runs of a job, its
 requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shockwave_lab.imports.common import Row, Tally, gpus, name, stamp
+from shockwave_lab.imports.common import Row, Tally, gpus, name, stamp, time_limit
 from shockwave_lab.imports.slurm_runs import Run, rows_of, state_word
 from shockwave_lab.workload.errors import WorkloadError
 from slurm_shockwave.loader import read_text
@@ -38,7 +38,7 @@ def read(path, tally: Tally) -> list[Row]:
             first + 1,
             "header",
             f"missing column(s) {', '.join(lacking)} (run sacct -P with "
-            "-o JobID,User,Account,State,Submit,Start,End,AllocTRES,ReqTRES)",
+            "-o JobID,User,Account,State,Submit,Start,End,AllocTRES,ReqTRES,Timelimit)",
         )
     runs = []
     for i in range(first + 1, len(lines)):
@@ -75,6 +75,7 @@ def read(path, tally: Tally) -> list[Row]:
                 req_gpus=tres_gpus(path, i + 1, "ReqTRES", cell.get("ReqTRES", ""))[0],
                 user=name(cell.get("User")),
                 account=name(cell.get("Account")),
+                limit=time_limit(path, i + 1, "Timelimit", cell.get("Timelimit")),
             )
         )
     return rows_of(runs, path)

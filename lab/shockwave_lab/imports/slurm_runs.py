@@ -10,6 +10,9 @@ imported job (docs/trace-import.md, "sacct").
 * Finished: any final state (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, DEADLINE,
   BOOT_FAIL).  A run with no allocation (AllocTRES empty: cancelled while pending) never started, whatever its
   times say (Slurm sets its Start to its End); RUNNING/SUSPENDED/COMPLETING: still running; PENDING: never started.
+* The time limit is the one of the run that counts (what `sbatch --time` asked, or the partition's default), in
+  seconds, else the latest earlier run's (26.05 records a requeued job's last run as unlimited); none when no run
+  has one.
 """
 
 from __future__ import annotations
@@ -50,10 +53,17 @@ class Run:
     account: str | None
     gpu_type: str | None = None
     names: tuple[str, str] = ("Start", "End")  # the start and end fields, for errors
+    limit: float | None = None  # seconds (TimeLimit); None: not given or unlimited
 
 
 def state_word(text: str) -> str:
     return (text or "").strip().split(" ")[0].upper()
+
+
+def _limit(group: list[Run], last: Run) -> float | None:
+    """The time limit of the run that counts, else of the latest earlier run that records one (Slurm may record
+    a requeued job's last run as unlimited)."""
+    return last.limit if last.limit is not None else next((r.limit for r in reversed(group) if r.limit), None)
 
 
 def rows_of(runs: list[Run], path) -> list[Row]:
@@ -84,6 +94,7 @@ def rows_of(runs: list[Run], path) -> list[Row]:
                 last.account,
                 last.gpu_type,
                 unfinished=unfinished,
+                limit=_limit(group, last),
             )
         )
     return out

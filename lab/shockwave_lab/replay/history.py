@@ -120,34 +120,19 @@ def read_history(path) -> tuple[list, dict[str, SlurmJob]]:
     for r in rows:
         group = sorted(runs[r.id], key=lambda j: _num(j["time"].get("start")) or 0.0)
         first, last = group[0], group[-1]
-        limit = _num(last["time"].get("limit"))
         out[r.id] = SlurmJob(
             r.id,
             str(last.get("name") or r.id),
             r.submit,
             _num(first["time"]["start"]),
             _num(last["time"]["end"]),
-            None if limit is None else 60.0 * limit,
+            r.limit,  # the importer's (sacct_json.py, slurm_runs.py)
             len(group),
         )
     return rows, out
 
 
 # ------------------------------------------------------------------ the model
-class RecordedLimits(SlurmMultifactor):
-    """`slurm-multifactor` with each job's time limit as Slurm recorded it (trace seconds), not its assumption."""
-
-    def __init__(self, config: SlurmConfig, limits: dict):
-        super().__init__(config)
-        self.recorded = dict(limits)
-
-    def decide(self, view):
-        for j in view.jobs:
-            if j.job_id not in self.limit and self.recorded.get(j.job_id) is not None:
-                self.limit[j.job_id] = self.recorded[j.job_id]
-        return super().decide(view)
-
-
 def workload(rows, table, scale: float, path: Path):
     """The imported jobs in trace seconds as job-spec entries (written to `path`, JSON Lines) and their JobSpecs."""
     scaled = [dataclasses.replace(r, submit=r.submit * scale, runtime=r.runtime * scale) for r in rows]
@@ -181,7 +166,7 @@ def model_runs(specs, table, gpus: int, nodes: int, scale: float, limits: dict |
         )
         loop = RoundLoop(
             cluster,
-            RecordedLimits(SlurmConfig(**model_settings(scale)), limits),
+            SlurmMultifactor(SlurmConfig(**model_settings(scale)), limits),
             keep_records=True,
             mode="authoritative",
         )

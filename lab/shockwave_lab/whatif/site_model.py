@@ -139,8 +139,10 @@ class SiteSlurm(SlurmMultifactor):
     name = "slurm-site"  # no label: not listed in the registry (built by whatif.run only)
     description = "the site's Slurm as `scontrol show config` and sshare describe it (whatif)"
 
-    def __init__(self, config: SlurmConfig, tree: AssocTree, fair_tree: bool = True, preempt: bool = False):
-        super().__init__(config)
+    def __init__(
+        self, config: SlurmConfig, tree: AssocTree, fair_tree: bool = True, preempt: bool = False, limits=None
+    ):
+        super().__init__(config, limits)
         self.tree = tree
         self.fair_tree_mode = fair_tree
         self.preempt = preempt
