@@ -96,5 +96,18 @@ def test_the_rounds_keep_their_clock_while_the_cluster_is_idle():
         c.apply(RoundDecision(run=tuple(j.job_id for j in c.observe().jobs),
                               placement={j.job_id: {GPU: 1} for j in c.observe().jobs}))
         c.advance()
-    # job 0 ended at 173 (a round ends with its last job, as the reference's); the idle rounds go on from there
-    assert c.usage_log[-1][:2] == (1, 1000.0) and c.now == 173.0 + 7 * 120.0   # started at its arrival, mid-round
+    # job 0 ended at 173 and its round still lasted to 240 (the controller's clock, not the reference's round that
+    # ends with its last job); job 1 started at its arrival, in the round from 960 to 1080
+    assert c.usage_log[-1][:2] == (1, 1000.0) and c.now == 9 * 120.0
+
+
+def test_a_round_lasts_its_length_unless_gpus_are_freed_while_a_job_waits():
+    """Job 0 ends 60 s into a round: with nothing waiting the round still lasts 120 s, as the controller's (slurm/
+    timing.py: only freed GPUs while a job waits end a round early); with job 1 waiting it ends at the next poll."""
+    for waiting, ends_at in ((False, 120.0), (True, 60.0)):
+        specs = [_job(0, 600), _job(1, 10**6, arrival=0.0)][: 2 if waiting else 1]
+        c = SimulatedCluster(specs, THR, 1, round_length=120.0, restart_penalty=10.0, early_rounds=(5.0, 5.0),
+                             slurm_starts=True)
+        c.apply(RoundDecision(run=(0,), placement={0: {GPU: 1}}))
+        c.advance()
+        assert c.now == ends_at and c.finished[0].finish_time == 60.0

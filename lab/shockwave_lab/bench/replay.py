@@ -206,6 +206,11 @@ a job no round has seen yet starts on its asked count as soon as its gang fits, 
 controller's rounds. The runs before that date were simulated without it; re-simulated with it, the makespan and
 average JCT ratios (real / simulated) of the 2026-11-27 04:23 run at S = 30 go from 0.996 and 0.932 to 0.997 and 0.925,
 those of the 2026-11-26 13:22 run at S = 15 from 1.087 and 0.888 to 1.092 and 0.899 (their tables keep the old column).
+Since 2026-11-28 07:00 a simulated round of a controller run lasts its length when its jobs all end early, unless
+GPUs are freed while a job waits, as the controller's (`slurm/timing.py`; the reference's round ended with its last
+job): against the mean of the simulated spread the S = 30 runs of 2026-11-27 01:38, 04:04 and 04:23 read as before
+(makespan 0.996-1.012, average JCT 0.920-0.931, each within 0.001); one unmoved simulation moves more (04:23: 0.997
+and 0.925 to 1.026 and 0.908).
 All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
 `lab/shockwave_lab/replay/collect.py`.
 

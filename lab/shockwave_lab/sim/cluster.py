@@ -40,7 +40,9 @@ step) while a job it does not run waits: at the first poll after the later of th
 round started.  The jobs still running keep the steps done by then and go on, without a restart when the next
 round keeps them where they are.  A partial round cannot take the reference's restart penalty off afterwards, so
 the charge is explicit: a job (re)started in a round (not the first) runs its first step `restart_penalty`
-seconds after the round starts, and what a cut round leaves of that wait is paid in the next one.
+seconds after the round starts, and what a cut round leaves of that wait is paid in the next one.  With
+`slurm_starts` (the controller on Slurm) a round whose jobs all end early still lasts `round_length`, as the
+controller's clock (slurm/timing.py), where the reference's round ends with its last job.
 """
 from __future__ import annotations
 
@@ -163,6 +165,8 @@ class SimulatedCluster(ClusterBackend):
     def advance(self) -> None:
         self._last_round_run_time = {}
         end = self._early_end(max(d.finish for d in self._dispatched)) if self._dispatched else None
+        if self.slurm_starts and self._dispatched:   # the controller's clock: the round lasts its length, unless
+            end = self._early_end(self._round_start + self.round_length)  # GPUs are freed while a job waits
         if self.slurm_starts:
             self._start_arrivals(self.now + self.round_length if end is None else end)
             end = self.now + self.round_length if end is None and self._dispatched else end
