@@ -5,8 +5,7 @@ Run it as `sacct --json -a -D -S 2024-01-01 -E now` (-D: every run of a requeued
 Per job object: `job_id`, `array.job_id`/`array.task_id` (an array task is `<array job>_<task>`), `het.job_id`/
 `het.job_offset`, `state.current` (a word on 22.05, a list of words later), `time.submission/start/end` (epoch
 seconds; 24.11+ write 4294967294 for "none"), `time.limit` (minutes; unlimited: infinite or 4294967295),
-`tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu"
-or "gpu:a100", "count": N}`), `user`, `account`.  Numbers may be plain or `{"set", "infinite", "number"}`.  The
+`tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu" or "gpu:a100", "count": N}`), `user`, `account`.  Numbers may be plain or `{"set", "infinite", "number"}`.  The
 runs of a job, its requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
 """
 

@@ -5,8 +5,8 @@ Run it as
     sacct -a -X -D -P -S 2024-01-01 -E now -o JobID,User,Account,State,Submit,Start,End,AllocTRES,ReqTRES,Timelimit
 
 Columns are found by name in the header (any order, others ignored): JobID, Submit, Start, End, State and AllocTRES
-are required; ReqTRES, User, Account and Timelimit are read when present.  GPUs are the `gres/gpu=N` of AllocTRES (a typed
-`gres/gpu:a100=N` gives the type).  A step row (`123.batch`, without -X) is not a job: it is counted as dropped.
+are required; ReqTRES, User, Account and Timelimit are read when present.  GPUs are the `gres/gpu=N` of AllocTRES
+(a typed `gres/gpu:a100=N` gives the type).  A step row (`123.batch`, without -X) is not a job: it is counted as dropped.
 Times are read as sacct prints them (local time, no zone: only differences are used).  The runs of a job, its
 requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
 """

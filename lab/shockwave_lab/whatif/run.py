@@ -205,8 +205,9 @@ def run_both(
         notes.append("no sshare: every account 1 share under root, every user 1 share in its account")
     if UNTYPED in cluster.capacity:
         notes.append(f"nodes listing GPUs without a type: type {UNTYPED!r}")
-    limits = recorded_limits(rows, entries, notes)
-    site_policy = SiteSlurm(site_config(site), tree, fair_tree=site.fair_tree, preempt=site.preempt, limits=limits)
+    config = site_config(site)
+    limits = recorded_limits(rows, entries, notes, config.time_limit_factor)
+    site_policy = SiteSlurm(config, tree, fair_tree=site.fair_tree, preempt=site.preempt, limits=limits)
     controller = ControllerConfig(round_seconds=default_round_s)
     early = controller.early_round_timing
     load_policy_plugins()
@@ -220,17 +221,17 @@ def run_both(
     return slurm, default, notes
 
 
-def recorded_limits(rows, entries: dict, notes: list) -> dict:
+def recorded_limits(rows, entries: dict, notes: list, assumed: float) -> dict:
     """{job: seconds} the time limits the history recorded (sacct's TimeLimit) of the jobs simulated, for the site's
-    backfill; a note says how many and how they compare with the run times (the others: the model's assumption)."""
+    backfill; a note says how many and how they compare with the run times (the others: `assumed` x run time)."""
     limits = {str(r.id): float(r.limit) for r in rows if r.limit and str(r.id) in entries}
     if not limits:
-        notes.append("no time limit in the history: backfill assumes 1.5 x each job's run time")
+        notes.append(f"no time limit in the history: backfill assumes {assumed:g} x each job's run time")
         return limits
     over = sorted(limits[i] / max(entries[i]["runtime"], 1.0) for i in limits)
     notes.append(
         f"time limits as recorded for {len(limits)} of {len(entries)} job(s) (limit / run time: median "
-        f"{over[len(over) // 2]:.3g}); the others 1.5 x run time"
+        f"{over[len(over) // 2]:.3g}); the others {assumed:g} x run time"
     )
     return limits
 
