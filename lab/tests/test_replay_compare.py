@@ -5,6 +5,7 @@ import pytest
 from shockwave_lab.data_files import experiment_paths
 from shockwave_lab.replay import compare
 from shockwave_lab.replay.api import load
+from shockwave_lab.workload.models import steps_per_epoch
 from shockwave_lab.replay.site import model_round_s
 from shockwave_lab.workload.generate import generate, trace_text
 from shockwave_lab.workload.throughputs import ThroughputTable
@@ -119,3 +120,24 @@ def test_the_simulated_column_is_run_simulation_with_the_gate_at_the_measured_co
     assert {k: column[k] for k in figures(on.metrics)} == figures(on.metrics)
     plain = compare.simulate(specs, table, 8, 2, "slurm", 12.5, 30.0)
     assert plain["preemptions"] == plain["restarts"] == 0
+
+
+#: a static ResNet-50 job of 38,923 steps at batch size 16: 6.2 epochs of 6,250 steps (a trace's steps may end
+#: mid-epoch; this line is job 15 of bench/results/replay/elastic-16jobs-seed5-1-3h.trace, made static)
+MID_EPOCH = ("ResNet-50 (batch size 16)\tpython3 main.py -j 4 -a resnet50 -b 16 %s/imagenet/\t"
+             "image_classification/imagenet\t--num_minibatches\t1\t38923\t1\tstatic\t1\t-1.000000\t3673\t0\n")
+
+
+def test_the_replays_jobs_run_whole_epochs_as_the_emulated_program_does(tmp_path):
+    """The emulated program sleeps every epoch of its schedule to its end (7 here); the simulated column runs the
+    same 7 epochs, not the trace's 6.2: alone (started in the first round: no start cost), the simulated job takes
+    the plan's work, to a round's rounding of steps."""
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path / "one.trace"
+    trace.write_text(MID_EPOCH)
+    jobs, specs, table = load(trace, thr, 8, 1)
+    (job,), (spec,) = jobs, specs
+    assert job.epochs == spec.num_epochs == 7 and spec.total_steps == 7 * steps_per_epoch(spec.samples, 16)
+    sim = compare.simulate(specs, table, 8, 2, "shockwave-edf", 4.0, 30.0)
+    assert sim["avg_jct_s"] == pytest.approx(job.work_s, abs=5.0)
+    assert job.work_s == pytest.approx(spec.isolated_runtime) and job.work_s > 38923 / table.get("ResNet-50", 16, 1) + 400

@@ -211,6 +211,11 @@ GPUs are freed while a job waits, as the controller's (`slurm/timing.py`; the re
 job): against the mean of the simulated spread the S = 30 runs of 2026-11-27 01:38, 04:04 and 04:23 read as before
 (makespan 0.996-1.012, average JCT 0.920-0.931, each within 0.001); one unmoved simulation moves more (04:23: 0.997
 and 0.925 to 1.026 and 0.908).
+Since 2026-11-28 07:45 the simulated column runs each job's whole epochs, as the emulated program does
+(`replay/api.py` `whole_epochs`; a trace's steps may end mid-epoch, where the simulator used to stop): against the
+mean of the simulated spread the S = 30 controller runs of 2026-11-27 01:23-04:23 read makespan 0.994-1.029 and
+average JCT 0.908-0.921 (before: 0.996-1.012 and 0.920-0.931), the plain-Slurm runs of 2026-11-26 22:37 and 23:13
+makespan 1.081 and 0.916, average JCT 1.003 and 0.998 (before: 1.072 and 0.908, 1.018 and 1.013).
 All times are trace seconds (wall seconds x S). Definitions: `docs/fairness.md`; measurement details:
 `lab/shockwave_lab/replay/collect.py`.
 

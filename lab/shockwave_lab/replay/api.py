@@ -1,11 +1,13 @@
 """`replay(...)`: plan, run on a real local Slurm cluster, measure, simulate the same trace, compare."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import time
 
 from shockwave_lab.simulate import elastic_jobs, load_workload
+from shockwave_lab.workload.models import steps_per_epoch
 from shockwave_lab.workload.throughputs import ThroughputTable
 from shockwave_lab.replay import compare, plan
 from shockwave_lab.replay.collect import measure
@@ -14,15 +16,24 @@ from shockwave_lab.replay.run import Replay
 
 def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None, elastic: int | None = None):
     """(ReplayJobs, JobSpecs with the replay's users, throughput table) of a trace; `elastic`: every job elastic from
-    1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them."""
+    1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them.  Each job runs whole
+    epochs (`whole_epochs`)."""
     table = ThroughputTable.load(throughputs)
-    specs = load_workload(trace, table, gpus)
+    specs = whole_epochs(load_workload(trace, table, gpus))
     if first:
         specs = sorted(specs, key=lambda s: (s.arrival_time, s.job_id))[:first]
     if elastic is not None:
         specs = elastic_jobs(specs, elastic)
     jobs = plan.plan_jobs(specs, table, plan.users(users))
     return jobs, plan.with_users(specs, jobs), table
+
+
+def whole_epochs(specs: list) -> list:
+    """The jobs with their length rounded up to whole epochs at their first batch size: a trace's steps may end
+    mid-epoch (the simulator then stops there), while the emulated program, as a training program does, runs every
+    epoch of its schedule to its end (replay/emujob.py); the simulated column models the jobs that ran.  Their
+    epochs, schedules and exclusive run times (whole epochs already: workload/jobs.py) do not change."""
+    return [dataclasses.replace(s, total_steps=s.num_epochs * steps_per_epoch(s.samples, s.initial_bs)) for s in specs]
 
 
 def start_cost(real: dict) -> float:
