@@ -191,7 +191,7 @@ def test_elastic_replay_grows_gives_back_and_counts_every_change(tmp_path):
     assert any(n > 1 and min(requests[i + 1 :], default=n) < n for i, n in enumerate(requests)), detail["t000"]
     assert max(detail["t000"]["counts"]) > 1  # and it ran on more GPUs than it asked for
     # every count change Slurm made (a run on another count than the one before) is a resize the controller counted
-    # done, and every one it started is done or wasted (how many were wasted: docs/replay.md, not asserted here)
+    # done, and every one it started is done or wasted (how many were wasted: docs/replay-elastic.md, not asserted here)
     assert 1 <= real["count_changes"] <= real["resizes_done"]
     assert real["resizes"] == real["resizes_done"] + real["wasted_resizes"] >= 2
     assert sim["resizes"] >= 2 and sim["grown"] >= 1 and sim["shrunk"] >= 1
@@ -200,7 +200,7 @@ def test_elastic_replay_grows_gives_back_and_counts_every_change(tmp_path):
     # a gross disagreement only (a unit or time-scale slip is off by 100x): the real long job runs on fewer GPUs than
     # the simulated one for a while (Slurm starts it on its own count before the controller's first round, and a
     # running job grows only after 10 rounds of run per restart: the gate's restart bound), so the real times are up
-    # to 2.5x the simulated here; the 5% target is measured by bench/replay.py --elastic into docs/replay.md
+    # to 2.5x the simulated here; the 5% target is measured by bench/replay.py --elastic into docs/replay-elastic.md
     for key in ("makespan_s", "avg_jct_s"):
         assert 1 / 3 < real[key] / sim[key] < 3, res["deviation"]
     assert _daemons(res["root"]) == set(), "the replay left Slurm daemons running"
