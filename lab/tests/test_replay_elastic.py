@@ -191,9 +191,11 @@ def test_elastic_replay_grows_gives_back_and_counts_every_change(tmp_path):
     assert any(n > 1 and min(requests[i + 1 :], default=n) < n for i, n in enumerate(requests)), detail["t000"]
     assert max(detail["t000"]["counts"]) > 1  # and it ran on more GPUs than it asked for
     # every count change Slurm made (a run on another count than the one before) is a resize the controller counted
-    # done, and every one it started is done or wasted (how many were wasted: docs/replay-elastic.md, not asserted here)
-    assert 1 <= real["count_changes"] <= real["resizes_done"]
-    assert real["resizes"] == real["resizes_done"] + real["wasted_resizes"] >= 2
+    # done; done and wasted are outcomes of started ones, not a partition of them (a done change changed again within
+    # its first round is wasted too, one taken back while pending without a requeue is neither: slurm/resize.py); how
+    # many were wasted: docs/replay-elastic.md, not asserted here
+    assert 1 <= real["count_changes"] <= real["resizes_done"] <= real["resizes"]
+    assert real["wasted_resizes"] <= real["resizes"] and real["resizes"] >= 2
     assert sim["resizes"] >= 2 and sim["grown"] >= 1 and sim["shrunk"] >= 1
     for key in ("makespan_s", "avg_jct_s"):
         assert real[key] > 0 and sim[key] > 0 and key in res["deviation"]
