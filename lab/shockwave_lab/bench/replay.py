@@ -155,9 +155,19 @@ def section(res: dict) -> str:
 
 
 def write_doc(results: list[dict], notes: str = "") -> None:
+    """docs/replay.md (the setting, the comparison, the reading) and each run's section in the runs file of its day
+    (docs/replay-runs-<day>.md)."""
     plain = [r for r in results if r["policy"] == "slurm"]
     sw = [r for r in results if r["policy"] != "slurm" and plain and r["time_scale"] == plain[-1]["time_scale"]]
-    parts = [DOC_HEAD, *(section(r) for r in results)]
+    days: dict[str, list[str]] = {}
+    for r in results:
+        days.setdefault(str(r["date"])[:10], []).append(section(r))
+    for day, sections in days.items():
+        DOC.with_name(f"replay-runs-{day}.md").write_text(
+            f"# Replay runs of {day} (`docs/{DOC.name}`: the setting, the comparison, the reading)\n\n"
+            + "\n".join(sections))
+    parts = [DOC_HEAD, "Each run's section, by day: "
+             + ", ".join(f"`docs/replay-runs-{day}.md`" for day in days) + ".\n"]
     if sw and plain:
         parts.append(f"### Shockwave vs plain Slurm (time scale {plain[-1]['time_scale']:g})\n\n"
                      + "\n".join(f"- {t}" for t in versus(sw[-1], plain[-1])) + "\n")
@@ -191,7 +201,7 @@ the cluster's settings in trace time (`lab/shockwave_lab/replay/site.py`): its P
 time limits in whole wall minutes, rounds of its scheduler pass (1 wall second) and, since 2026-11-26 22:30, the
 fair-share and job-size factors as sprio and sshare show them on this cluster (below: "The model of plain Slurm").
 Each result also holds the simulated spread: 16 simulations with every arrival moved by up to 1 wall second.
-Every run's simulated columns below were recomputed on 2026-11-26 23:00 with that model from the inputs each result
+Every run's simulated columns (docs/replay-runs-<day>.md) were recomputed on 2026-11-26 23:00 with that model from the inputs each result
 keeps (`--resim`); what a run printed itself is kept in its JSON as `simulated_at_run`. Runs after that carry
 the simulation made at their end.
 Since 2026-11-26 19:00 both the controller and the simulator put each gang on one node (`solver/nodes.py`;

@@ -246,14 +246,16 @@ MARK = "<!-- generated below by bench/study_elastic.py report -->"
 
 
 def write_report(specs, tmpdir: Path, path: Path = DOC, out=OUT) -> Path:
-    """Replace what follows MARK in `path` (the hand-written text above it is kept) with the tables."""
+    """Replace what follows MARK in `path` (the hand-written text above it is kept) with the targets' tables, and
+    write every workload's table to `<path>-<N>g.md` beside it, one file per cluster size N."""
     default = default_policy().name
-    rows, detail = {k: [] for k in CHECKS}, []
+    rows, detail = {k: [] for k in CHECKS}, {}
     for spec in specs:
         load = offered_load(spec, tmpdir)
         kind, checks = targets(spec, load, out)
         rows[kind].append((spec, load, checks))
-        detail += [
+        table = detail.setdefault(spec.gpus, [])
+        table += [
             f"### {spec.name}",
             "",
             f"{spec.describe()}; {spec.gpus} GPUs, offered load {load:.2f}.",
@@ -269,12 +271,12 @@ def write_report(specs, tmpdir: Path, path: Path = DOC, out=OUT) -> Path:
         ):
             r = _get(spec, pol, var, out)
             if r is not None:
-                detail.append(
+                table.append(
                     f"| {_label(pol)} | {var} | {r['elastic_jobs']} | {r['avg_jct']:,.0f} | "
                     f"{r['makespan']:,.0f} | {r['ftf_dynamic_worst']:.3f} | {r['ftf_dynamic_p95']:.3f} | "
                     f"{r['restarts_mean']:.2f} | {r['restarts_per_hour_worst']:.2f} |"
                 )
-        detail.append("")
+        table.append("")
     head = [
         f"Made by `bench/study_elastic.py run` then `report` ({time.strftime('%Y-%m-%d %H:%M')} UTC; per-run JSON "
         f"in `docs/study-elastic/<workload>/<variant>/`; workload code `{workload_hash()}`, default "
@@ -314,10 +316,15 @@ def write_report(specs, tmpdir: Path, path: Path = DOC, out=OUT) -> Path:
             "",
             "## Per workload",
             "",
-            *detail,
+            "Every policy on every workload and variant, by cluster size: "
+            + ", ".join(f"`docs/{path.stem}-{g}g.md`" for g in sorted(detail, reverse=True))
+            + ".",
         ]
     )
     path.write_text(text.rstrip() + "\n")
+    for gpus, table in detail.items():
+        title = f"# Elastic GPU counts: the study's workloads on {gpus} GPUs (`docs/{path.name}`)"
+        path.with_name(f"{path.stem}-{gpus}g.md").write_text("\n".join([title, "", *head, *table]).rstrip() + "\n")
     return path
 
 
