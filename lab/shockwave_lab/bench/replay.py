@@ -201,9 +201,9 @@ the cluster's settings in trace time (`lab/shockwave_lab/replay/site.py`): its P
 time limits in whole wall minutes, rounds of its scheduler pass (1 wall second) and, since 2026-11-26 22:30, the
 fair-share and job-size factors as sprio and sshare show them on this cluster (below: "The model of plain Slurm").
 Each result also holds the simulated spread: 16 simulations with every arrival moved by up to 1 wall second.
-Every run's simulated columns (docs/replay-runs-<day>.md) were recomputed on 2026-11-26 23:00 with that model from the inputs each result
-keeps (`--resim`); what a run printed itself is kept in its JSON as `simulated_at_run`. Runs after that carry
-the simulation made at their end.
+Every run's simulated columns (docs/replay-runs-<day>.md) were recomputed on 2026-11-26 23:00 with that model from
+the inputs each result keeps (`--resim`); what a run printed itself is kept in its JSON as `simulated_at_run`. Runs
+after that carry the simulation made at their end.
 Since 2026-11-26 19:00 both the controller and the simulator put each gang on one node (`solver/nodes.py`;
 the controller pins each job it releases to its node), and the simulated column runs on the cluster's 8 nodes of
 4 GPUs; runs before that planned and simulated a pool of 32 GPUs while Slurm placed the gangs on nodes itself.

@@ -164,12 +164,13 @@ class SimulatedCluster(ClusterBackend):
 
     def advance(self) -> None:
         self._last_round_run_time = {}
-        end = self._early_end(max(d.finish for d in self._dispatched)) if self._dispatched else None
-        if self.slurm_starts and self._dispatched:   # the controller's clock: the round lasts its length, unless
-            end = self._early_end(self._round_start + self.round_length)  # GPUs are freed while a job waits
-        if self.slurm_starts:
-            self._start_arrivals(self.now + self.round_length if end is None else end)
-            end = self.now + self.round_length if end is None and self._dispatched else end
+        if self.slurm_starts:  # the controller's clock: the round lasts its length unless GPUs are freed while a
+            # job waits; Slurm starts arrivals meanwhile; a round that runs nothing, even so, is idle
+            end = self._early_end(self.now + self.round_length) if self._dispatched else self.now + self.round_length
+            self._start_arrivals(end)
+            end = end if self._dispatched else None
+        else:
+            end = self._early_end(max(d.finish for d in self._dispatched)) if self._dispatched else None
         ran = {d.job.spec.job_id: (d.gpu_type, d.gpus, self._round_nodes.get(d.job.spec.job_id, ()))
                for d in self._dispatched}
         if self._dispatched:
