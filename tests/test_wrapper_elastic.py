@@ -65,7 +65,7 @@ ELASTIC = textwrap.dedent("""
                     time.sleep(0.01)
                 time.sleep(0.6)                        # past the request file's 0.5 s poll interval
     say("end", run.stopped_early, run.step, run.samples, [round(float(w), 6) for w in net.weight.flatten()])
-    if launched:  # the DDP wrapper gone before the group (else a gloo rank may abort at exit: README, frameworks)
+    if launched:  # the DDP wrapper gone before the group (else a gloo rank may abort at exit: docs/frameworks.md)
         import gc
         del model
         gc.collect()

@@ -12,7 +12,7 @@ and :class:`ChrootRoot` runs munged, slurmctld and the slurmd's inside it. Facts
 * slurmdbd (accounting; the root uses the host's MariaDB over 127.0.0.1) is in a new root's packages; a root
   built without it gets it with ``apt-get install slurmdbd`` inside it (5 packages, 500 kB; from the root's
   package lists, updated only if that fails), in ``ensure_built``.
-* Building a root takes about 1-2 minutes (measured: see README "Supported Slurm versions");
+* Building a root takes about 1-2 minutes (measured: docs/slurm-versions.md);
   bookworm's debootstrap has no ``forky`` script, the ``sid`` script builds it.
 * The cluster directory is bind-mounted into the root at the same path, so every path in
   slurm.conf, pid files and logs means the same thing inside and outside; ``/proc``, ``/sys``
