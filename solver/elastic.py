@@ -72,6 +72,14 @@ def pays(gain_s: float, cost_s: float, running: bool) -> bool:
     return gain_s > cost_s * (RESTARTS_PER_CHANGE if running else RESTARTS_PER_CHANGE - 1)
 
 
+def wasted_change(ran_from: float | None, now: float, round_length: float) -> bool:
+    """A count change is wasted when the job changes count again (at `now`) before it ran a round at its new count:
+    it never ran at it (`ran_from` None), or less than `round_length` after the start of the round in which it first
+    ran there (`ran_from`: that round's start, not the moment its restart ended; in the simulator the change's own
+    round).  The controller's ResizeLog and the simulator's count both use this rule."""
+    return ran_from is None or now - ran_from < round_length
+
+
 def horizon(view: ClusterView, decision: RoundDecision) -> float:
     """Seconds lent GPUs are expected to stay idle: until the plan's first start of a job the round does not run
     (its next offset), at most the decision's window."""

@@ -127,6 +127,33 @@ def test_a_resize_is_done_when_it_runs_at_its_count_and_wasted_when_changed_agai
     assert log.counts == {"started": 2, "done": 1, "wasted": 0} and not log.open
 
 
+def test_a_resize_run_from_the_round_of_its_change_is_not_wasted_by_its_restart_time(tmp_path):
+    """Times are rounds' starts: a job changed at the round starting at 100 that runs at its new count from 103 (its
+    restart) has run that round there when the next one (160) changes it again, as in the simulator; a change at an
+    early round (130) is wasted.  A job first seen at its count rounds later (the controller was down) counts from its
+    own start."""
+    from types import SimpleNamespace as Job
+
+    log = ResizeLog(StateStore(tmp_path / "s.sqlite"))
+    log.observe({}, 100.0, 60.0)
+    log.started(5, 1, 4, 100.0, 60.0)
+    log.started(6, 1, 4, 100.0, 60.0)
+    run = {5: Job(finished=False, state="RUNNING", gpus=4, start_time=103), 6: Job(finished=False, state="RUNNING",
+                                                                                   gpus=4, start_time=104)}
+    log.observe(run, 130.0, 60.0)                                   # an early round
+    assert log.open["5"]["ran_at"] == 100.0 and log.counts["done"] == 2
+    log.started(6, 4, 2, 130.0, 60.0)                               # changed again in it: wasted
+    log.observe(run, 160.0, 60.0)
+    log.started(5, 4, 8, 160.0, 60.0)                               # the next regular round: not wasted
+    assert log.counts == {"started": 4, "done": 2, "wasted": 1}
+    log.save()
+    late = ResizeLog(StateStore(tmp_path / "s.sqlite"))             # restarted; down from 160 to 400
+    late.observe({5: Job(finished=False, state="RUNNING", gpus=8, start_time=370)}, 400.0, 60.0)
+    assert late.open["5"]["ran_at"] == 370.0
+    late.started(5, 8, 4, 420.0, 60.0)
+    assert late.counts["wasted"] == 2
+
+
 def test_an_elastic_update_names_its_nodes_and_a_running_one_is_preempted_first():
     pend = Observed(1, "PENDING", True, "JobHeldAdmin", 1, 0, 4, wanted_gpus=8, wanted_nodes=2, mark="held")
     run = Observed(2, "RUNNING", False, "", 0, 5, 4, wanted_gpus=2, wanted_nodes=1, running_for=99.0)

@@ -193,7 +193,7 @@ class SlurmBackend(ServiceBackend):
         capacity = self.types.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {type: GPUs}, less unmanaged
         by_node = self.pins.observe(nodes, jobs, managed_ids, self.cfg.partition)  # {node: (type, GPUs)}, the same
         capacity = self.pins.capacity() if by_node else capacity
-        self.elastic.observe(jobs, nodes, self.cfg.partition, now, self.round_length)
+        self.elastic.observe(jobs, nodes, self.cfg.partition, begun, self.round_length)
         self._first_submit, self._history, self._meta = self.state.first_submit_times(), {}, {}
         ended = jobview.ended_managed(jobs, self.is_managed, self.state)
         self.fairshare.refresh(self.cfg.weights, [j for j, _ in managed] + [j for j, _ in ended], now)
@@ -314,7 +314,7 @@ class SlurmBackend(ServiceBackend):
         if (wait := restart_gap(actions, self._pending_since, self.clock)) > 0:  # at most one short wait per round
             self.sleep(wait)
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
-        self.elastic.enacted(results, now, self.round_length)
+        self.elastic.enacted(results, self._round_started, self.round_length)  # the round's start (resize.py)
         self._follow = settle(self.signalled, self._observed, run, moves)  # preemptions.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()

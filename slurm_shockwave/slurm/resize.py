@@ -15,7 +15,9 @@ asked for; its global batch stays (per-GPU batch = global / GPUs).
   that lost its round, then updated while pending and released.  A job without a range is never resized.
 * `ResizeLog` counts them (``shockwave_resizes_total{outcome}``): ``started`` (its first step enacted), ``done``
   (seen running at its new count), ``wasted`` (the next change came before it ran a round at its count, or it never
-  ran at it).
+  ran at it: solver/elastic.py `wasted_change`).  Times are the rounds' starts (`SlurmBackend.observe`'s ``begun``,
+  a round length apart but for early rounds): a job that runs at its new count from the round of its change, after
+  its restart, has run that round there, as in the simulator.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import node_in_partition
 from slurm_shockwave.slurm.ownership import base_of, with_base
+from solver.elastic import wasted_change
 from solver.types import JobView
 
 log = logging.getLogger("slurm_shockwave.slurm")
@@ -162,6 +165,7 @@ class ResizeLog:
         saved = state.get(self.KEY, {}) or {}
         self.counts = {k: int((saved.get("counts") or {}).get(k, 0)) for k in OUTCOMES}
         self.open: dict[str, dict] = {str(k): dict(v) for k, v in (saved.get("open") or {}).items()}
+        self.begun: float | None = None  # the previous round's start, in this process (observe)
 
     def _count(self, outcome: str) -> None:
         self.counts[outcome] += 1
@@ -188,7 +192,7 @@ class ResizeLog:
             log.warning("job %s: resize to %d GPU(s) taken back while pending", key, entry["to"])
             del self.open[key]
             return
-        if entry is not None and (entry["ran_at"] is None or now - entry["ran_at"] < round_length):
+        if entry is not None and wasted_change(entry["ran_at"], now, round_length):
             self._count("wasted")
             log.warning(
                 "job %s: wasted resize to %d GPU(s) (changed again to %d before it ran a round)", key, entry["to"], new
@@ -198,8 +202,10 @@ class ResizeLog:
         self.open[key] = {"from": old, "to": new, "t": now, "ran_at": None, "requeued": not pending}
 
     def observe(self, jobs: dict, now: float, round_length: float) -> None:
-        """At the start of a round: a resize is done when its job runs at its new count; forgotten once it ran a round
-        there, or its job left the queue.  `jobs`: job id -> SlurmJob."""
+        """At the start of a round (`now`): a resize is done when its job runs at its new count (``ran_at``: the
+        start of the round in which it began there: the previous one's when it started since, else its own start,
+        never before the change's round); forgotten once it ran a round there, or its job left the queue.
+        `jobs`: job id -> SlurmJob."""
         for key, entry in list(self.open.items()):
             j = jobs.get(int(key))
             if j is None or j.finished:
@@ -210,10 +216,13 @@ class ResizeLog:
                 del self.open[key]
                 continue
             if entry["ran_at"] is None and j.state == "RUNNING" and max(j.gpus, 1) == entry["to"]:
-                entry["ran_at"] = float(j.start_time or now)
+                start, prev = float(j.start_time or now), self.begun
+                fresh = prev is not None and now - prev <= 2 * round_length and start >= prev
+                entry["ran_at"] = max(entry["t"], prev if fresh else start)
                 self._count("done")
-            elif entry["ran_at"] is not None and now - entry["ran_at"] >= round_length:
+            elif entry["ran_at"] is not None and not wasted_change(entry["ran_at"], now, round_length):
                 del self.open[key]
+        self.begun = now
 
     def save(self) -> None:
         self.state.put(self.KEY, {"counts": self.counts, "open": self.open})

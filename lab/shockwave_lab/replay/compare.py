@@ -15,7 +15,8 @@ cluster moves them.
 Elastic jobs (`replay --elastic N`) carry their range in the JobSpecs (replay/api.py `load`), so the simulated column
 runs them as `simulate --elastic N` does.  Its count changes (`sim_resizes`) are read from the round log as the round
 loop counts them (`RoundLoop.resizes`: a job placed on another count than it ran on, or than its own when it did not
-run), and one is wasted, as the controller's ResizeLog says, when the job's next change comes less than a round after.
+run), and one is wasted by the controller's rule (solver/elastic.py `wasted_change`): the job's next change comes less
+than a round after the round it was made in (the job runs that round at its new count).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import dataclasses
 import random
 import statistics
 
+from solver.elastic import wasted_change
 from solver.policies import policy_class
 
 from shockwave_lab.replay.collect import figures, user_share
@@ -96,7 +98,7 @@ def sim_resizes(round_log, round_s: float) -> dict:
             if after == before:
                 continue
             grown, shrunk = grown + (after > before), shrunk + (after < before)
-            if jid in last and rec.view.now - last[jid] < round_s:
+            if jid in last and wasted_change(last[jid], rec.view.now, round_s):
                 wasted += 1
             last[jid] = rec.view.now
     return {"resizes": grown + shrunk, "resizes_done": grown + shrunk, "wasted_resizes": wasted, "grown": grown,
