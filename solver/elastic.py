@@ -22,7 +22,9 @@ with `Policy.sizes_elastic_jobs`) and uses only GPUs the round leaves idle; it n
    restarts: the change itself for a running job, and the way back (`pays`); a running job grows only within the
    gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py), but for one
    that no round started (`begun`: on Slurm, a job starts on its own count when GPUs are free, before the round).
-   A job's new count is else the one it ran on, or its base count.  A job without a range never changes count.
+   A job's new count is else the one it ran on, or its base count; a running job whose count changed less than a
+   round ago (`recent`) is not grown, nor taken back up to its base: that change would be wasted (`wasted_change`).
+   A job without a range never changes count.
 
 Every count other than the base is recorded on the job's plan (`JobPlan.gpus`, `JobPlan.resize`: one human line
 for `status` and `explain`, e.g. "4 GPUs (asked 2): idle capacity; back to 2 when the queue grows"), and a job this
@@ -142,13 +144,15 @@ def size(
     fixed: frozenset[Any] = frozenset(),
     rounds_per_restart: int = ROUNDS_PER_RESTART,
     begun: frozenset[Any] = frozenset(),
+    recent: frozenset[Any] = frozenset(),
 ) -> tuple[RoundDecision, dict[Any, Sizing]]:
     """(the decision with each elastic job on its count, {job: Sizing} of every job not on its base count or moved
     off the count it ran on).  `cost_s`: a count change's cost (a restart; `costs`: measured per job); `fixed`: jobs
     left on their base count and not started small (jobs whose preemption is under way; the round loop's retry when
     a gang fits no node); `rounds_per_restart`: the gate's restart bound, which a running job's growth keeps too;
     `begun`: running jobs no round started (on Slurm, a job starts on its own count as soon as GPUs are free, before
-    the round): their growth is a start's, not bounded."""
+    the round): their growth is a start's, not bounded; `recent`: jobs whose count changed less than a round ago, not
+    grown while they run (the change would be wasted: `wasted_change`)."""
     costs = costs or {}
     rd = _Round(view, decision, horizon(view, decision))
     jobs = rd.jobs
@@ -179,7 +183,7 @@ def size(
             continue
         # above its base: it keeps its count (given back below when needed); below (it started small): up to its base
         # when that pays for the restart, else it stays on its count
-        if w > base or not pays(rd.gain(jid, w, base), _cost(costs, jid, cost_s), True):
+        if w > base or jid in recent or not pays(rd.gain(jid, w, base), _cost(costs, jid, cost_s), True):
             free[rd.type[jid]] -= w - base
             size_of[jid] = w
     for t in list(free):
@@ -217,7 +221,7 @@ def size(
         step = None
         for jid, n in size_of.items():
             up = _up(rd, jid, n)
-            if up is None or up - n > free.get(rd.type[jid], 0):
+            if up is None or up - n > free.get(rd.type[jid], 0) or (jid in recent and was(jid) is not None):
                 continue
             key = (rd.speedup(jid, n, up), -rd.left(jid, n), str(jid))
             if key[0] > 0 and (step is None or key > step[0]):
@@ -234,7 +238,9 @@ def size(
         j, before = jobs[jid], was(jid)
         start = before if before is not None else j.num_gpus
         back_up = before is not None and before < j.num_gpus == n  # decided in 1
-        if n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
+        if before is not None and n > before and jid in recent:
+            n = before  # changed less than a round ago: growing it again now would waste that change
+        elif n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
             if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None) or (
                 before is not None
                 and jid not in begun

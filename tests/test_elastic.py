@@ -9,11 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_shockwave.backends.base import check_decision
+from slurm_shockwave.backends.base import ClusterBackend, check_decision
+from slurm_shockwave.controller.loop import RoundLoop
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.record import RoundRecord
 from solver.elastic import counts, horizon, pays, size
 from solver.placement import check_placement, place
+from solver.policies.base import Policy
 from solver.preemption import gate, held
 from solver.types import RULES, ClusterView, JobPlan, JobView, RoundDecision
 
@@ -110,6 +112,70 @@ def test_a_change_must_pay_for_its_restarts():
         d = decided(view, ["r"], plans)
         assert horizon(view, d) == offset * ROUND
         assert gpus(size(view, d, COST, {"r": 300.0})[0], "r") == expected
+
+
+def test_a_job_changed_less_than_a_round_ago_is_not_grown_again_while_it_runs():
+    """Growing a running job whose count changed less than a round ago would waste that change (wasted_change): it
+    keeps its count (2, though 6 GPUs idle), and one started small is not taken back up to its base yet; a recent
+    job that does not run (requeued for its change) is placed as decided, and the jobs the round needs still get
+    their GPUs back."""
+    grown = jv("g", ran=True, running=2, run_s=5000.0, left_s=10000.0)
+    view = ClusterView(0.0, 9, ROUND, 8, (grown,))
+    assert gpus(sized(view, ["g"])[0], "g") == 8
+    d, out = sized(view, ["g"], recent=frozenset({"g"}))
+    assert gpus(d, "g") == 2 and (out["g"].before, out["g"].after) == (2, 2)
+    small = jv("s", gpus=4, ran=True, running=1, run_s=5000.0, left_s=10000.0)
+    view = ClusterView(0.0, 9, ROUND, 8, (small,))
+    assert gpus(sized(view, ["s"])[0], "s") >= 4
+    assert gpus(sized(view, ["s"], recent=frozenset({"s"}))[0], "s") == 1
+    pending = ClusterView(0.0, 9, ROUND, 8, (jv("p", run_s=5000.0, left_s=10000.0),))
+    assert gpus(sized(pending, ["p"], recent=frozenset({"p"}))[0], "p") == 8
+    busy = ClusterView(0.0, 9, ROUND, 8, (jv("e", gpus=2, ran=True, running=8, run_s=3000.0),
+                                          jv("n", gpus=4, elastic=False)))
+    assert gpus(sized(busy, ["e", "n"], recent=frozenset({"e"}))[0], "e") == 4
+
+
+class _Views(ClusterBackend):
+    """The views of a script, one per round; the decisions kept."""
+
+    def __init__(self, views):
+        self.views, self.decisions = list(views), []
+
+    def observe(self):
+        return self.views[len(self.decisions)]
+
+    def apply(self, decision):
+        self.decisions.append(decision)
+
+    def advance(self):
+        pass
+
+    def done(self):
+        return len(self.decisions) == len(self.views)
+
+
+class _Run(Policy):
+    name = "run-all"
+    sizes_elastic_jobs = True
+
+    def decide(self, view):
+        return RoundDecision(run=tuple(j.job_id for j in view.jobs), plans={j.job_id: JobPlan(j.job_id) for j in
+                                                                           view.jobs})
+
+
+def test_the_round_loop_does_not_grow_a_job_again_within_a_round_of_its_change():
+    """Round 0 grows `a` 1 -> 2 (1 GPU idle); an early round at 60 s (`b` ended) leaves it on 2 though 2 GPUs idle;
+    the next one, a round after its change, grows it to 4."""
+    a = dict(left_s=10000.0, ran=True, run_s=5000.0)
+    views = [ClusterView(0.0, 0, ROUND, 4, (jv("a", **a), jv("b", gpus=2, elastic=False, ran=True, run_s=5000.0))),
+             ClusterView(60.0, 1, ROUND, 4, (jv("a", running=2, **a),)),
+             ClusterView(120.0, 2, ROUND, 4, (jv("a", running=2, **a),))]
+    backend = _Views(views)
+    loop = RoundLoop(backend, _Run(), preemption_cost_s=COST)
+    while not backend.done():
+        loop.run_round()
+    assert [gpus(d, "a") for d in backend.decisions] == [2, 2, 4]
+    assert loop.resizes == {"grown": 2, "shrunk": 0}
 
 
 def test_fewer_gpus_rather_than_none():

@@ -14,8 +14,10 @@ kept, wasted), so a simulation without the gate reports what it wastes.
 
 For a policy that sizes elastic jobs (`Policy.sizes_elastic_jobs`, the default) and with `preemption_cost_s` set, the
 gated decision's elastic jobs get their counts (solver/elastic.py: idle GPUs lent, given back when the queue grows,
-a change only when it pays for its restarts); counted in `resizes` (grown, shrunk).  A grown gang that then fits no
-node runs on its asked count instead.
+a change only when it pays for its restarts); counted in `resizes` (grown, shrunk).  A running job whose count changed
+less than a round ago (`_changed_at`; 5% of a round is left for the jitter of the controller's reads) is not grown
+again: that change would be wasted (solver/elastic.py `wasted_change`).  A grown gang that then fits no node runs on
+its asked count instead.
 
 On a cluster whose view lists its nodes, the gated decision is then given its nodes (solver/nodes.py): a running job
 moves only for a policy that moves running jobs (`Policy.moves_running_jobs`); moves are counted (`moves`).
@@ -58,6 +60,10 @@ def fallback_decision(view: ClusterView, why: str = "policy failed") -> RoundDec
     )
 
 
+#: a count change less than this share of a round ago is recent (the rest: the jitter of a controller's reads)
+RECENT = 0.95
+
+
 class RoundLoop:
     def __init__(
         self,
@@ -85,6 +91,7 @@ class RoundLoop:
         self.resizes = {"grown": 0, "shrunk": 0}  # count changes of elastic jobs (solver/elastic.py)
         self._last_run: set[Any] | None = None  # the previous round's run set (None: no round yet)
         self.last_resizes: dict[Any, elastic.Sizing] = {}
+        self._changed_at: dict[Any, float] = {}  # job -> `now` of the round that last changed its count
         # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.last_preemptions: dict[str, Any] = {}
         self.records: list[RoundRecord] = []
@@ -166,12 +173,13 @@ class RoundLoop:
         # running jobs no round started (Slurm starts a job on its own count when GPUs are free, before the round)
         last = self._last_run
         begun = frozenset(j.job_id for j in view.jobs if j.ran_last_round and last is not None and j.job_id not in last)
+        recent = frozenset(j for j, t in self._changed_at.items() if view.now - t < RECENT * view.round_length)
         sizing = self.preemption_cost_s is not None and getattr(self.policy, "sizes_elastic_jobs", False)
         if sizing:
             costs = self.backend.preemption_costs()
             stopping = frozenset(self.backend.stopping())
             sized, self.last_resizes = elastic.size(
-                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart, begun
+                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart, begun, recent
             )
             sized = check_decision(view, sized)
         if view.nodes:
@@ -187,6 +195,7 @@ class RoundLoop:
                     lost | stopping,
                     self.rounds_per_restart,
                     begun,
+                    recent,
                 )
                 sized = check_decision(view, sized)
                 placed = assign_nodes(view, sized, moves)
@@ -199,9 +208,11 @@ class RoundLoop:
             round_["wasted"] = {j: w for j, w in round_["wasted"].items() if j not in running}
         for key, items in round_.items():
             self.preemptions[key] += len(items)
-        for s in self.last_resizes.values():
+        self._changed_at = {j: t for j, t in self._changed_at.items() if j in recent}
+        for j, s in self.last_resizes.items():
             if s.after != s.before:
                 self.resizes["grown" if s.after > s.before else "shrunk"] += 1
+                self._changed_at[j] = view.now
         return sized
 
     def _count_rules(self, view: ClusterView, decision: RoundDecision) -> None:

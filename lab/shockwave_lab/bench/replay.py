@@ -293,7 +293,7 @@ def run_elastic(args) -> dict:
            "--users", "4", "--time-scale", f"{args.time_scale:g}", "--elastic", str(args.elastic)]
     res = replay(str(trace), str(thr), gpus=args.gpus, nodes=args.nodes, time_scale=args.time_scale,
                  policy=default_name(), users=4, out=lambda m: print(m, flush=True), argv=["replay", *cmd],
-                 elastic=args.elastic)
+                 elastic=args.elastic, keep=args.keep)
     res["command"] = (f"nice -n 10 .venv/bin/python bench/replay.py --elastic {args.elastic} --jobs {args.jobs} "
                       f"--seed {args.seed} --gpus {args.gpus} --nodes {args.nodes} --time-scale {args.time_scale:g}"
                       f"{'' if not long else ' --hours ' + args.hours}  (= shockwave replay {' '.join(cmd)})")
@@ -348,6 +348,8 @@ def main(argv=None):
                     "(--jobs, --seed) on --gpus/--nodes; writes the doc's elastic section only")
     ap.add_argument("--elastic-from", default=None, help="rewrite the elastic section from this kept result "
                     "(with --notes: its reading)")
+    ap.add_argument("--keep", action="store_true", help="with --elastic: keep the cluster's folder (the controller's "
+                    "log, journal and state) and print its path")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--hours", default="0.1,0.5", help="with --elastic: MIN,MAX hours of the generated jobs")
