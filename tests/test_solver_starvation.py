@@ -109,21 +109,3 @@ def test_finishing_job_is_planned_not_starved(cls, cfg):
     m = d.plans["fin"]
     assert m.rounds_planned >= 1
     assert m.next_offset is not None and m.next_offset <= 1
-
-
-@both
-def test_a_job_its_decisions_run_but_the_views_never_show_running_becomes_overdue(cls, cfg):
-    """The decision is not the last word: the preemption gate may give a job's GPUs to jobs the restart bound keeps,
-    round after round (an 8-GPU job waited 140 rounds so in a 16-GPU study run).  The guard's clock is what the
-    views say ran (ran_last_round), so such a job is overdue after B rounds and runs as the guard's."""
-    pol = cls(cfg)
-    B = cfg.starvation_bound_rounds
-    overdue_at = None
-    for r in range(B + 3):
-        job = view_job("j", 0.0, 2, 0, 10, ran_last_round=False)
-        d = pol.decide(ClusterView(now=r * D, round_index=r, round_length=D, num_gpus=4, jobs=(job,)))
-        assert "j" in d.run
-        plan = d.plans["j"]
-        if plan.overdue and plan.rule == "guard" and overdue_at is None:
-            overdue_at = r
-    assert overdue_at is not None and overdue_at <= B + 1

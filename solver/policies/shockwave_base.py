@@ -312,9 +312,9 @@ class ShockwaveBase(Policy):
                     run.append(jid)
                     rule[jid] = "backfill"
                     taken[u] = taken.get(u, 0) + g
-        # when each job last ran is what the views say (`_track`: ran_last_round), not this decision: the gate may keep
-        # a job out of it (its GPUs go to jobs the restart bound keeps), and a job that never runs must become overdue
         run, overdue = self._guard(view, run, rest)
+        for jid in run:
+            self.last_ran[str(jid)] = r
         first: dict[Any, int] = {}
         for t in sorted(self.plan):
             if t >= r:
