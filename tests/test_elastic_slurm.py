@@ -33,7 +33,7 @@ from slurm_shockwave.slurm.enact import Action, Enactor, Observed, reconcile
 from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.jobview import is_submitit
 from slurm_shockwave.slurm.ownership import base_of, cleared, marked, parse_mark, status_of, unmarked, with_base
-from slurm_shockwave.slurm.resize import Elastic, ResizeLog, counts, throughputs
+from slurm_shockwave.slurm.resize import Elastic, counts, throughputs
 from solver.placement import PlacementError
 from solver.types import GPU, RoundDecision
 from tests.slurm_backend_fakes import FakeSlurm
@@ -99,59 +99,6 @@ def test_counts_divide_the_batch_and_fit_a_node_or_whole_nodes_and_are_scaled_by
     assert thr[2] == 10.0 and thr[4] == pytest.approx(10.0 * 2**0.5) and thr[1] == pytest.approx(10.0 / 2**0.5)
     own = throughputs([1, 2, 4], {4: 30.0}, 2, 10.0, 0.5)          # its own report at 4 wins, and anchors the rest
     assert own[4] == 30.0 and own[2] == pytest.approx(30.0 / 2**0.5)
-
-
-def test_a_resize_is_done_when_it_runs_at_its_count_and_wasted_when_changed_again_within_a_round(tmp_path):
-    from types import SimpleNamespace as Job
-
-    from slurm_shockwave.controller.metrics_server import ControllerMetrics
-    metrics = ControllerMetrics()
-    log = ResizeLog(StateStore(tmp_path / "s.sqlite"), metrics)
-    log.started(5, 2, 4, 100.0, 60.0)
-    log.started(5, 2, 4, 110.0, 60.0)                             # the same change again (a later round): once
-    log.observe({5: Job(finished=False, state="RUNNING", gpus=4, start_time=120)}, 125.0, 60.0)
-    log.started(5, 4, 2, 150.0, 60.0)                             # 30 s at 4 GPUs: wasted
-    log.save()
-    again = ResizeLog(StateStore(tmp_path / "s.sqlite"))          # kept across restarts
-    assert again.counts == {"started": 2, "done": 1, "wasted": 1} and again.open["5"]["to"] == 2
-    exported = {s.labels["outcome"]: s.value for f in metrics.registry.collect() if f.name == "shockwave_resizes"
-                for s in f.samples if s.name == "shockwave_resizes_total"}
-    assert exported == {"started": 2.0, "done": 1.0, "wasted": 1.0}
-    # a job that ran at its new count and ended within the round that released it is done; one that ended before it
-    # restarted (its start older than the change) is not
-    log = ResizeLog(StateStore(tmp_path / "t.sqlite"))
-    log.started(6, 1, 8, 200.0, 60.0)
-    log.started(7, 1, 8, 200.0, 60.0)
-    log.observe({6: Job(finished=True, state="COMPLETED", gpus=8, start_time=210),
-                 7: Job(finished=True, state="COMPLETED", gpus=1, start_time=150)}, 260.0, 60.0)
-    assert log.counts == {"started": 2, "done": 1, "wasted": 0} and not log.open
-
-
-def test_a_resize_run_from_the_round_of_its_change_is_not_wasted_by_its_restart_time(tmp_path):
-    """Times are rounds' starts: a job changed at the round starting at 100 that runs at its new count from 103 (its
-    restart) has run that round there when the next one (160) changes it again, as in the simulator; a change at an
-    early round (130) is wasted.  A job first seen at its count rounds later (the controller was down) counts from its
-    own start."""
-    from types import SimpleNamespace as Job
-
-    log = ResizeLog(StateStore(tmp_path / "s.sqlite"))
-    log.observe({}, 100.0, 60.0)
-    log.started(5, 1, 4, 100.0, 60.0)
-    log.started(6, 1, 4, 100.0, 60.0)
-    run = {5: Job(finished=False, state="RUNNING", gpus=4, start_time=103), 6: Job(finished=False, state="RUNNING",
-                                                                                   gpus=4, start_time=104)}
-    log.observe(run, 130.0, 60.0)                                   # an early round
-    assert log.open["5"]["ran_at"] == 100.0 and log.counts["done"] == 2
-    log.started(6, 4, 2, 130.0, 60.0)                               # changed again in it: wasted
-    log.observe(run, 160.0, 60.0)
-    log.started(5, 4, 8, 160.0, 60.0)                               # the next regular round: not wasted
-    assert log.counts == {"started": 4, "done": 2, "wasted": 1}
-    log.save()
-    late = ResizeLog(StateStore(tmp_path / "s.sqlite"))             # restarted; down from 160 to 400
-    late.observe({5: Job(finished=False, state="RUNNING", gpus=8, start_time=370)}, 400.0, 60.0)
-    assert late.open["5"]["ran_at"] == 370.0
-    late.started(5, 8, 4, 420.0, 60.0)
-    assert late.counts["wasted"] == 2
 
 
 def test_an_elastic_update_names_its_nodes_and_a_running_one_is_preempted_first():

@@ -348,8 +348,7 @@ def main(argv=None):
                     "(--jobs, --seed) on --gpus/--nodes; writes the doc's elastic section only")
     ap.add_argument("--elastic-from", default=None, help="rewrite the elastic section from this kept result "
                     "(with --notes: its reading)")
-    ap.add_argument("--keep", action="store_true", help="with --elastic: keep the cluster's folder (the controller's "
-                    "log, journal and state) and print its path")
+    ap.add_argument("--keep", action="store_true", help="with --elastic: keep the cluster's folder (logs, journal)")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--hours", default="0.1,0.5", help="with --elastic: MIN,MAX hours of the generated jobs")
