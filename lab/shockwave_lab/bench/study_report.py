@@ -165,6 +165,31 @@ def _per_trace(rows: list[tuple]) -> list[str]:
     return lines
 
 
+def _part(path: Path, name: str, what: str, lines: list[str]) -> list[str]:
+    """Writes a part's per-trace tables beside the report (`results-<name>.md`); the report's line naming it."""
+    part = path.with_name(f"{path.stem}-{name}.md")
+    part.write_text("\n".join([f"# Results per trace: {what}", "",
+                               f"Written with `{path.name}` by `bench/study.py report` (its header says how the runs "
+                               "were made, its sections what the columns mean).", "", *lines]) + "\n")
+    return [f"Every policy on each of {what}, one table per trace: `{part.name}`.", ""]
+
+
+def _means(rows: list[tuple]) -> list[str]:
+    """Every policy over the traces it ran: means of its per-trace figures."""
+    lines = ["## Every policy over the study's traces", "",
+             "| policy | traces | mean makespan/LB | mean worst dyn. FTF | mean p95 dyn. FTF | mean restarts / job |",
+             "|---|---|---|---|---|---|"]
+    for p in policies():
+        rs = [runs[p] for _, runs in rows if runs.get(p)]
+        if rs:
+            bold = f"**{_label(p)}**" if policy_class(p).default else _label(p)
+            lines.append(f"| {bold} | {len(rs)} | " + " | ".join(
+                f"{sum(r[k] for r in rs) / len(rs):.{d}f}" for k, d in (
+                    ("makespan_over_lb", 3), ("ftf_dynamic_worst", 3), ("ftf_dynamic_p95", 3), ("restarts_mean", 2)))
+                + " |")
+    return lines + [""]
+
+
 def _met_line(met: dict) -> str:
     return "Targets met: " + "; ".join(f"{t}: {a}/{n}" for t, (a, n) in met.items()) + "."
 
@@ -209,7 +234,7 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
     table, met = default_targets(rows, tmpdir)
     lines += table + ["", _met_line(met), ""]
     lines += paper_section(rows, out)
-    lines += ["## Per trace", ""] + _per_trace(rows)
+    lines += _means(rows) + _part(path, "traces", "the study's traces", _per_trace(rows))
     held = _runs(heldout, out / "heldout")
     if any(any(r.values()) for _, r in held):
         table, met = default_targets(held, tmpdir)
@@ -217,13 +242,14 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
                   "Generated after the configuration and the default policy were chosen (issue 12), with parameters "
                   "the study does not use: up to 9.4 jobs per GPU, an 8-GPU cluster, all-GNS jobs, a uniform "
                   "1/2/4/8-GPU mix.  Same configurations, same targets.", ""] + table + [
-                  "", _met_line(met), ""] + _per_trace(held)
+                  "", _met_line(met), ""] + _part(path, "heldout", "the held-out traces", _per_trace(held))
     public = _runs(PUBLIC, out / "public")
     if any(any(r.values()) for _, r in public):
         table, met = default_targets(public, tmpdir)
-        lines += ["## Public traces", "", PUBLIC_TEXT, ""] + table + ["", _met_line(met), ""] + _per_trace(public)
+        lines += ["## Public traces", "", PUBLIC_TEXT, ""] + table + ["", _met_line(met), ""] + _part(
+            path, "public", "the public traces", _per_trace(public))
     lines += ["## The default before and after issue 36", ""] + changes_section([(specs, out), (heldout, out / "heldout")])
-    lines += _het_sections(out)
+    lines += _het_sections(out, path)
     lines += _sweep()
     notes = ROOT / "docs" / "results_notes.md"
     if notes.exists():
@@ -232,13 +258,14 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
     return path
 
 
-def _het_sections(out: Path) -> list[str]:
+def _het_sections(out: Path, path: Path) -> list[str]:
     """Several GPU types and users (issue 24; study_het.py), when they have run."""
     lines = []
     typed = _runs(TYPED, out / "typed")
     if any(any(r.values()) for _, r in typed):
         table, met = typed_targets(typed)
-        lines += ["## Several GPU types", "", TYPED_TEXT, ""] + table + ["", _met_line(met), ""] + _per_trace(typed)
+        lines += ["## Several GPU types", "", TYPED_TEXT, ""] + table + ["", _met_line(met), ""] + _part(
+            path, "typed", "the traces on several GPU types", _per_trace(typed))
     users = _runs(USERS, out / "users")
     if any(any(r.values()) for _, r in users):
         lines += ["## Users", "", USERS_TEXT, ""] + users_tables(users)
