@@ -28,7 +28,12 @@ from solver.types import Policy, RoundDecision
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 PREEMPTIONS = 2  # mid-epoch preemptions per framework job
-EPOCHS, STEPS, STEP_TIME = 3, 40, 0.1
+# epochs of 60 steps of 0.2 s (12 s): the test preempts a job in an epoch's first 40 steps (8 s,
+# test_frameworks_slurm `_mid_epoch`), and 20 steps (4 s) are left for the round to signal it and the job to save
+# before the epoch ends.  On a loaded 2-core machine shorter ones failed: rounds 3-5 s apart missed the middle of a
+# job's epochs until its last run was too short to preempt again, or the job reached the epoch's end before saving
+EPOCHS, STEPS, STEP_TIME = 3, 60, 0.2
+MARGIN = 20  # steps left in an epoch after the last at which the test preempts
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,17 @@ import pytest
 from shockwave_lab.localcluster import SlurmUnavailable
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from tests.framework_jobs import EPOCHS, PREEMPTIONS, STEPS, TEMPLATES, FrameworkLab, Preempting, Template, available
+from tests.framework_jobs import (
+    EPOCHS,
+    MARGIN,
+    PREEMPTIONS,
+    STEPS,
+    TEMPLATES,
+    FrameworkLab,
+    Preempting,
+    Template,
+    available,
+)
 from tests.slurm_fixtures import make_root
 
 pytestmark = pytest.mark.slurm
@@ -51,6 +61,7 @@ class Scenario:
         self.policy = Preempting()
         self.policy.decide = self._decide  # type: ignore[method-assign]
         self.ctl.loop.policy = self.policy
+        self.ctl.loop.keep_records = True  # a timeout's message shows the rounds' decisions on a job not done
 
     def squeue(self) -> dict:
         ids = [*self.jobs.values(), self.ignorer, self.term]
@@ -58,7 +69,7 @@ class Scenario:
 
     def _mid_epoch(self, name: str, restart: int, least: int = 3) -> bool:
         run = [s for r, s in self.lab.steps(name) if r == restart]
-        return len(run) >= least and 2 <= (run[-1] + 1) % STEPS <= STEPS - 12
+        return len(run) >= least and 2 <= (run[-1] + 1) % STEPS <= STEPS - MARGIN
 
     def _decide(self, view):
         """Takes a framework job off (the controller signals it in this round) when its step log shows it
@@ -106,19 +117,45 @@ class Scenario:
                 self.final_restarts = {j: v.restart_count for j, v in js.items()}
                 return
         raise AssertionError("jobs still running: " + repr({j: (v.state, v.restart_count) for j, v in js.items()})
-                             + "\n" + "\n".join(f"--- {j}:\n{self.lab.output(j)[-3000:]}" for j in js))
+                             + f"\nthe policy's errors: {self.errors[-5:]}; off: {sorted(self.policy.off)}; rounds "
+                             f"{self.ctl.loop.rounds}, by the fallback {self.ctl.loop.fallbacks}; quarantined: "
+                             f"{getattr(self.ctl.backend, 'quarantined', None)}"
+                             + "\n" + "\n".join(self._diagnosis(j) for j, v in js.items() if v.state != "COMPLETED"))
+
+    def _diagnosis(self, job: int) -> str:
+        """A timeout's message on a job not done, compact (CI shows the end of it): its output's end, its events,
+        the controller's actions on it and its plan in the last rounds."""
+        evs = self.lab.events(job)
+        t0 = evs[0].ts if evs else 0.0
+        acts = [(a["round"], a["verb"], a["status"], a["restart_count"], a["error"])
+                for a in reversed(self.ctl.state.actions(job_id=job))]
+
+        def plan(record):
+            return next((p for j, p in record.decision.plans.items() if int(j) == job), None)
+
+        rounds = [(r.round_index, r.decision.fallback_reason if r.fallback else "",
+                   job in {int(j) for j in r.decision.run}, getattr(plan(r), "rule", None),
+                   (getattr(plan(r), "reason", None) or "")[:50]) for r in self.ctl.loop.records[-10:]]
+        return (f"--- {job} ({self.names.get(job, 'ignorer' if job == self.ignorer else 'term')}): "
+                f"{self.lab.output(job)[-500:]!r}\nevents (kind, restart, s): "
+                + repr([(e.kind, e.restart, round(e.ts - t0, 1)) for e in evs][-25:])
+                + f"\nactions (round, verb, status, restart, error): {acts[-12:]}"
+                + f"\nlast rounds (round, fallback, planned, rule, reason): {rounds}")
 
     def _term_step(self, j) -> None:
-        """The unmanaged job: `scontrol requeue` (SIGTERM to every process) mid-epoch, then start it again."""
+        """The unmanaged job: `scontrol requeuehold` (SIGTERM to every process, as `requeue`) mid-epoch, then start
+        it again.  Held, it stays pending until the check between its runs is made (requeued without a hold, Slurm
+        may start it again before this loop sees it pending)."""
         if j is None:
             return
         if not self.term_requeued and j.state == "RUNNING" and self._mid_epoch("term", 0, least=5):
-            assert self.c.run(["scontrol", "requeue", str(self.term)]).returncode == 0
+            assert self.c.run(["scontrol", "requeuehold", str(self.term)]).returncode == 0
             self.term_requeued = True
         elif self.term_requeued and j.state == "PENDING" and j.restart_count == 1:
             if "term" not in self.leftovers:
                 self._between_runs("term")
             time.sleep(1.1)  # Slurm 24.11 refuses a restart in the second of its requeue (slurm_fixtures)
+            self.c.run(["scontrol", "release", str(self.term)])
             self.c.run(["scontrol", "update", f"JobId={self.term}", "StartTime=now"])
 
     def _between_runs(self, name: str) -> None:
