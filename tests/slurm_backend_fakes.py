@@ -69,6 +69,9 @@ class FakeSlurm:
         self.calls.append(("update_jobs", [(j, dict(f)) for j, f in updates], {}))
         return {}
 
+    def pending_ids(self, job_ids) -> set[int]:
+        return {j.job_id for j in self.jobs if j.job_id in {int(x) for x in job_ids} and j.state == "PENDING"}
+
     def hold(self, job_ids) -> None:
         self.calls.append(("hold", list(job_ids), {}))
 

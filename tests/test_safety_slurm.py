@@ -6,7 +6,9 @@
   AdminComment mark says the hold is ours, the next controller releases it when planned;
 * `controller uninstall` releases every marked job from Slurm's records (state directory lost), resets
   SiteFactor on running jobs too, clears the marks, refuses while a controller holds the lock;
-* the `signalled` map is saved right after the signal, before the round's next Slurm call.
+* the `signalled` map is saved right after the signal, before the round's next Slurm call;
+* a running job is never pinned (a resize in place: Slurm then refuses its updates until it is requeued), and one
+  resized in place is still requeued when it loses its round.
 """
 from __future__ import annotations
 
@@ -19,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
-from slurm_shockwave.slurm.uninstall import ControllerRunning, uninstall
+from slurm_shockwave.journal.store import StateStore
 from slurm_shockwave.slurm import SlurmCLI
+from slurm_shockwave.slurm.enact import PIN_VERB, Action, Enactor
+from slurm_shockwave.slurm.uninstall import ControllerRunning, uninstall
+from solver.types import Policy, RoundDecision
 from tests.slurm_fixtures import cluster_up, make_root, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -229,6 +233,46 @@ def test_a_live_lock_is_flock(tmp_path):
             uninstall(cfg, cli=object())
     finally:
         os.close(fd)
+
+
+def test_a_job_started_since_the_round_read_the_queue_is_not_pinned(cluster):
+    """A running job's `NodeList=` update is a resize in place, after which Slurm (without slurmdbd) refuses every
+    update of the job, each after 5 s of retries, until it is requeued.  A pin whose job Slurm started since the
+    round read the queue is not sent: the pinned jobs are read again right before the call."""
+    root = make_root("shockwave-safety-p-")
+    a = submit(cluster, root, "a")
+    wait_for(lambda: state_of(cluster, {a})[a][0] == "RUNNING", what="a running")
+    state = StateStore(root / "state.db")
+    try:
+        res = Enactor(cluster.cli, state).execute(1, [Action(PIN_VERB, (a,), raw_jobs(cluster)[a]["nodes"])], {a: 0})
+        assert [r for _a, r in res] == ["failed"] and "no longer pending" in state.actions(job_id=a)[0]["error"]
+        assert cluster.run(["scontrol", "update", f"JobId={a}", "AdminComment=updatable"]).returncode == 0
+    finally:
+        state.close()
+        cancel(cluster, {a})
+
+
+def test_a_running_job_resized_in_place_is_requeued_when_it_loses_its_round(cluster):
+    """Such a job (resized here by hand, as a pin that met it started did) takes no update until it is requeued:
+    the requeuehold's mark, sent first, failed in every round, and a job that ignores its checkpoint signal ran on
+    (the framework test's never-polling job in CI, 2026-11-28).  It is requeued, then held and marked."""
+    root = make_root("shockwave-safety-r-")
+    a = submit(cluster, root, "a")
+    wait_for(lambda: state_of(cluster, {a})[a][0] == "RUNNING", what="a running")
+    node = raw_jobs(cluster)[a]["nodes"]
+    assert cluster.run(["scontrol", "update", f"JobId={a}", f"NodeList={node}"]).returncode == 0
+    refused = cluster.run(["scontrol", "update", f"JobId={a}", "AdminComment=x"])
+    assert refused.returncode != 0 and "DB index" in refused.stderr, refused.stderr   # what the test is about
+    ctl = Controller(config(cluster, root))
+    ctl.loop.policy = Scripted(plan=())                     # a loses its round: signal (ignored), then requeuehold
+    try:
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][0] == "PENDING",
+                 timeout=90, interval=0.3, what="a requeued")
+        st = state_of(cluster, {a})[a]
+        assert st[1] == "JobHeldAdmin" and st[3].startswith("shockwave:held"), st     # held and marked as ours
+    finally:
+        ctl.close()
+        cancel(cluster, {a})
 
 
 # last in the module: on the old code its job crashed every later round of the module's cluster

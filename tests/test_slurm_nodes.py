@@ -174,6 +174,9 @@ class _CLI:
         self.calls.append(("jobs", [(j, dict(f)) for j, f in updates], {}))
         return self.failed if hasattr(self, "failed") else {}
 
+    def pending_ids(self, ids):
+        return {int(j) for j in ids} - getattr(self, "started", set())
+
 
 class _State:
     def __init__(self):
@@ -218,6 +221,16 @@ def test_a_rounds_pins_are_one_scontrol_reading_a_line_per_job():
         real.scontrol_update_each([4, 6], NodeList="bad")
     with pytest.raises(ValueError):                                      # a second command hidden in a value
         real.scontrol_update_jobs([(4, {"NodeList": "n1 cancel 5"})])
+
+
+def test_a_job_no_longer_pending_right_before_the_pin_call_is_not_pinned():
+    """Slurm may start a job between the round's read and its pin: a running job's NodeList is a resize in place (the
+    real case: tests/test_safety_slurm.py), so the pinned jobs are read again right before the call."""
+    cli, state = _CLI(), _State()
+    cli.started = {6}
+    res = Enactor(cli, state).execute(1, [Action(VERB, (4,), "node2"), Action(VERB, (6,), "node3")], {})
+    assert cli.calls == [("jobs", [(4, {"NodeList": "node2"})], {})]
+    assert [r for _a, r in res] == ["done", "failed"] and state.settled == [([4], "done"), ([6], "failed")]
 
 
 def test_a_failed_pin_call_that_names_no_job_fails_every_pin_and_an_unreachable_slurm_skips_the_rest():

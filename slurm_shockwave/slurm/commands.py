@@ -294,6 +294,15 @@ class SlurmCLI:
             return failed
         return {}
 
+    def pending_ids(self, job_ids: Iterable[int | str]) -> set[int]:
+        """The jobs of the list that are pending now (``squeue -t PENDING -o %A``, version-independent): read right
+        before an update only a pending job may take (a running job's ``NodeList`` would resize it: slurm/nodes.py)."""
+        out: set[int] = set()
+        for chunk in chunks(job_ids_of(job_ids)):
+            text = self.run(["squeue", "--noheader", "--states=PENDING", "--format=%A", "--jobs", ",".join(chunk)])
+            out |= {int(t) for t in text.stdout.split() if t.isdigit()}
+        return out
+
     def _scontrol_jobs(self, verb: str, job_ids: Iterable[int | str]) -> None:
         self._run_all([["scontrol", verb, ",".join(chunk)] for chunk in split(job_ids_of(job_ids))])
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_shockwave.journal.verbs import Verb
-from slurm_shockwave.slurm.errors import SlurmError, unreachable
+from slurm_shockwave.slurm.errors import SlurmError, unreachable, update_refused_until_requeue
 from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import SlurmJob, in_partition
 from slurm_shockwave.slurm.ownership import marked, parse_mark, status_of, unmarked
@@ -322,11 +322,16 @@ class Enactor:
             for i in batch
         }
         try:
+            # only the jobs still pending: one Slurm started since the round read the queue would take the pin as a
+            # resize in place, after which it takes no update until requeued (errors.update_refused_until_requeue)
+            pending = self.cli.pending_ids([j for i in batch for j in actions[i].job_ids])
             failed = self.cli.scontrol_update_jobs(
-                [(j, {"NodeList": actions[i].value}) for i in batch for j in actions[i].job_ids]
+                [(j, {"NodeList": actions[i].value}) for i in batch for j in actions[i].job_ids if int(j) in pending]
             )
         except Exception as e:  # noqa: BLE001 - every pin of the call failed with it: returned, journalled, logged
             return {i: (ids[i], e) for i in batch}
+        for j in {int(j) for i in batch for j in actions[i].job_ids} - pending:
+            failed.setdefault(j, f"job {j} is no longer pending: not pinned (it would be resized)")
         out = {}
         for i in batch:
             errors = [failed[int(j)] for j in actions[i].job_ids if int(j) in failed]
@@ -367,10 +372,19 @@ class Enactor:
             sig = str(a.value)
             self.cli.signal(ids, sig.removeprefix("B:"), scope="batch" if sig.startswith("B:") else "steps")
         elif a.verb == Verb.REQUEUE_HOLD:
-            self.cli.scontrol_update(ids, AdminComment=a.value)  # ours, before we act
+            refused = None
+            try:
+                self.cli.scontrol_update(ids, AdminComment=a.value)  # ours, before we act
+            except SlurmError as e:  # a job resized in place takes no update until requeued: requeued, then marked
+                if not update_refused_until_requeue(e):
+                    raise
+                refused = e
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
+            if refused is not None:
+                log.warning("requeued %s before marking it (%s); marked now", ids, refused)
+                self.cli.scontrol_update(ids, AdminComment=a.value)
         elif a.verb == Verb.UPDATE_GPUS:  # ``N``, ``type:N``; ``N/k``: N per node on k nodes (22.05, 24.11, 26.05)
             # one line per job: scontrol refuses an id list here (22.05: ``Invalid job ID 2,3``, no job updated)
             spec, _, nodes = str(a.value).partition("/")

@@ -43,3 +43,11 @@ def unreachable(exc: Exception) -> bool:
     """Did this call fail because slurmctld did not answer (rather than because of what it was asked)?"""
     text = str(exc).lower()
     return isinstance(exc, SlurmTimeout) or "unable to contact slurm controller" in text or "connection refused" in text
+
+
+def update_refused_until_requeue(exc: Exception) -> bool:
+    """Did slurmctld refuse an ``scontrol update`` because the job's DB index is unset?  A running job resized in place
+    (its ``NodeList`` set to nodes it runs on: slurm/nodes.py) has none until it is requeued on a cluster without
+    slurmdbd, and slurmctld refuses every update of it (after retrying for 5 s); ``requeue`` and ``scancel`` still
+    work (checked on 22.05)."""
+    return "the db index is being set" in str(exc).lower()
