@@ -186,6 +186,8 @@ def test_state_store_journal_and_reopen(tmp_path):
     assert s.held_by_us() == {"5", "6"}          # a requeue-hold is our hold too
     s.settle([s.intend(1, 5, "release", None, 1)], "done")
     assert s.held_by_us() == {"6"}
+    s.intend(2, 9, "requeue_hold", None, 0)      # a crash during the call: held maybe, maybe unmarked (enact.py)
+    assert s.held_by_us() == {"6", "9"}
     ids = s.intend_many(2, (7, 8), "hold", "shockwave:held x", {8: 3})      # one transaction per action
     s.close()
     s = StateStore(tmp_path / "state.sqlite")

@@ -256,10 +256,13 @@ class StateStore:
         return row is not None
 
     def held_by_us(self) -> set[str]:
-        """Jobs whose latest hold/release action is a hold (what uninstall must release)."""
+        """Jobs whose latest hold/release action is a hold (what uninstall must release).  A requeue-hold left an
+        intent (a crash during its call) counts: one whose mark Slurm refused is requeued before it is marked
+        (slurm/enact.py), so its hold may be ours with no mark to say so."""
         rows = self.db.execute(
-            "SELECT job_id, verb FROM actions WHERE verb IN (?, ?, ?) AND status='done' ORDER BY id",
-            (Verb.HOLD, Verb.RELEASE, Verb.REQUEUE_HOLD),
+            "SELECT job_id, verb FROM actions WHERE verb IN (?, ?, ?)"
+            " AND (status='done' OR (status='intent' AND verb=?)) ORDER BY id",
+            (Verb.HOLD, Verb.RELEASE, Verb.REQUEUE_HOLD, Verb.REQUEUE_HOLD),
         )
         held: set[str] = set()
         for r in rows:

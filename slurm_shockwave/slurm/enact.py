@@ -372,19 +372,20 @@ class Enactor:
             sig = str(a.value)
             self.cli.signal(ids, sig.removeprefix("B:"), scope="batch" if sig.startswith("B:") else "steps")
         elif a.verb == Verb.REQUEUE_HOLD:
-            refused = None
             try:
                 self.cli.scontrol_update(ids, AdminComment=a.value)  # ours, before we act
-            except SlurmError as e:  # a job resized in place takes no update until requeued: requeued, then marked
+            except SlurmError as e:
                 if not update_refused_until_requeue(e):
                     raise
-                refused = e
+                # a job resized in place takes no update until requeued: requeued first, then marked and held in one
+                # update (a crash in between: journal/store.py `held_by_us`)
+                log.warning("%s: requeued before its mark (%s)", ids, e)
+                self.cli.requeue(ids, hold=True)
+                self.cli.scontrol_update(ids, AdminComment=a.value, Priority=0)
+                return
             self.cli.requeue(ids, hold=True)
             # requeuehold leaves a *user* hold (JobHeldUser) that the job's owner could release; make it ours
             self.cli.hold(ids)
-            if refused is not None:
-                log.warning("requeued %s before marking it (%s); marked now", ids, refused)
-                self.cli.scontrol_update(ids, AdminComment=a.value)
         elif a.verb == Verb.UPDATE_GPUS:  # ``N``, ``type:N``; ``N/k``: N per node on k nodes (22.05, 24.11, 26.05)
             # one line per job: scontrol refuses an id list here (22.05: ``Invalid job ID 2,3``, no job updated)
             spec, _, nodes = str(a.value).partition("/")
