@@ -275,6 +275,53 @@ def test_a_running_job_resized_in_place_is_requeued_when_it_loses_its_round(clus
         cancel(cluster, {a})
 
 
+class DiesAfterRequeue(SlurmCLI):
+    """The controller's process ends (kill -9: nothing after it runs, the journal row stays an intent) right after
+    the `requeuehold` of a job whose mark Slurm refused, before the update that marks and holds it."""
+
+    requeued = False
+
+    def requeue(self, job_ids, hold=False):
+        super().requeue(job_ids, hold=hold)
+        self.requeued = True
+
+    def scontrol_update(self, job_ids, **fields):
+        if self.requeued:
+            raise SystemExit("killed between requeuehold and the mark")
+        super().scontrol_update(job_ids, **fields)
+
+
+def test_killed_between_the_requeue_and_the_mark_of_a_resized_job_the_next_controller_releases_it(cluster):
+    """The new point of 2306615: the job is left with requeuehold's user hold and no mark; the journal's intent
+    makes the next controller adopt that hold and release the job when a round plans it."""
+    root = make_root("shockwave-safety-k-")
+    a = submit(cluster, root, "a")
+    wait_for(lambda: state_of(cluster, {a})[a][0] == "RUNNING", what="a running")
+    node = raw_jobs(cluster)[a]["nodes"]
+    assert cluster.run(["scontrol", "update", f"JobId={a}", f"NodeList={node}"]).returncode == 0
+    cfg = config(cluster, root)
+    ctl = Controller(cfg, cli=DiesAfterRequeue(env=cfg.slurm.env, timeout=30))
+    ctl.loop.policy = Scripted(plan=())
+    try:
+        with pytest.raises(SystemExit):
+            for _ in range(60):
+                ctl.run(max_rounds=1)
+        wait_for(lambda: state_of(cluster, {a})[a][0] == "PENDING", timeout=30, what="a requeued")
+        st = state_of(cluster, {a})[a]
+        assert st[1] == "JobHeldUser" and not st[3].startswith("shockwave:"), st     # held, not marked as ours
+        assert [r["status"] for r in ctl.state.actions(job_id=a, verb="requeue_hold")] == ["intent"]
+    finally:
+        ctl.close()
+    ctl = Controller(cfg)
+    ctl.loop.policy = Scripted(plan={a})
+    try:
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][0] == "RUNNING",
+                 timeout=40, interval=0.3, what="a released and running again")
+    finally:
+        ctl.close()
+        cancel(cluster, {a})
+
+
 # last in the module: on the old code its job crashed every later round of the module's cluster
 def test_hostile_hint_is_quarantined_not_fatal(cluster):
     """Reproduction of item 1: `"²".isdigit()` is true and int() raised out of the round."""
