@@ -109,3 +109,30 @@ def test_finishing_job_is_planned_not_starved(cls, cfg):
     m = d.plans["fin"]
     assert m.rounds_planned >= 1
     assert m.next_offset is not None and m.next_offset <= 1
+
+
+@both
+def test_a_job_its_decisions_run_round_after_round_but_that_never_runs_becomes_overdue(cls, cfg):
+    """The decision is not the last word: the preemption gate may give a job's GPUs to jobs the restart bound keeps,
+    round after round (an 8-GPU job waited 140 rounds so in a 16-GPU study run, docs/elastic.md).  Rounds in a row in
+    which the policy ran a job and the views then show it did not run count as waited (`kept_out`, kept across a
+    restart of the controller): after B of them it is overdue and runs as the guard's first job (the gate's
+    reservation).  A round it runs ends the count."""
+    pol = cls(cfg)
+    B = cfg.starvation_bound_rounds
+    overdue_at = None
+    for r in range(B + 3):
+        if r == B // 2:                                             # the controller restarts: the count is kept
+            state = pol.state_dict()
+            pol = cls(cfg)
+            pol.load_state_dict(state)
+        job = view_job("j", 0.0, 2, 0, 10, ran_last_round=False)
+        d = pol.decide(ClusterView(now=r * D, round_index=r, round_length=D, num_gpus=4, jobs=(job,)))
+        assert "j" in d.run
+        if d.plans["j"].overdue and d.plans["j"].rule == "guard" and overdue_at is None:
+            overdue_at = r
+    assert overdue_at == B                                          # rounds 0 .. B - 1 decided it, and it did not run
+    job = view_job("j", 0.0, 2, 0, 10, ran_last_round=True)        # it ran: the count ends
+    r = B + 3
+    d = pol.decide(ClusterView(now=r * D, round_index=r, round_length=D, num_gpus=4, jobs=(job,)))
+    assert not d.plans["j"].overdue and d.plans["j"].rule != "guard"

@@ -14,7 +14,11 @@ earliest fair-finish deadline first).  Not a policy itself (no label, so the reg
   plan was made go to the policy's own fill order.
 * No starvation (this project's fix, kept by both): a job that has not run for B = ``starvation_rounds`` rounds
   (default 2W) runs first, longest wait first, head of line never skipped; it waits at most
-  B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (docs/performance.md).
+  B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (docs/performance.md).  A round counts as run when
+  this policy decided to run the job, except in a row of rounds in which it decided so and the job did not run (the
+  preemption gate gave its GPUs to jobs the restart bound keeps, or the placement found it no node): those count as
+  waited (`kept_out`), so such a job becomes overdue too, and the guard's first job is a reservation the gate keeps
+  (an 8-GPU job waited 140 rounds without it, docs/elastic.md).
 * No fallback of its own: when there is neither a plan nor a solution, `decide` raises PlanUnavailable and the round
   loop runs the one fallback (slurm_shockwave/controller/loop.py) and counts it.
 """
@@ -81,6 +85,7 @@ class ShockwaveBase(Policy):
         self.last_status = ""
         self.summaries: dict[str, RegimeSummary] = {}  # per job: running regime counts (O(1) per new epoch)
         self.last_ran: dict[str, int] = {}  # per job: last round it ran (or first seen - 1)
+        self.kept_out: dict[str, int] = {}  # per job: rounds in a row this policy ran it and it did not run
         self.budgets: dict[Any, Any] = {}  # per job: its market budget this round (user_shares)
 
     # ------------------------------------------------------------------ state (a controller restart keeps it)
@@ -97,12 +102,14 @@ class ShockwaveBase(Policy):
             "plan_meta": [[jid, dict(m)] for jid, m in self.plan_meta.items()],
             "last_solve_round": self.last_solve_round,
             "last_ran": dict(self.last_ran),
+            "kept_out": dict(self.kept_out),
         }
 
     def load_state_dict(self, state: Mapping[Any, Any]) -> None:
         self.fairshare.load_state_dict(state.get("fairshare", {}))
         self.known_jobs = set(state.get("known_jobs", []))
         self.last_ran = {str(k): int(v) for k, v in dict(state.get("last_ran", {})).items()}
+        self.kept_out = {str(k): int(v) for k, v in dict(state.get("kept_out", {})).items()}
         self.summaries = {}
         if state.get("policy", self.name) == self.name:  # another policy's plan is not this one's
             self.plan = {int(r): list(ids) for r, ids in state.get("plan", [])}
@@ -157,17 +164,23 @@ class ShockwaveBase(Policy):
         return self._from_plan(view, est, path, solve_time, fill, fresh)
 
     def _track(self, view: ClusterView, r: int) -> None:
-        """When each job last ran; forget jobs that left."""
+        """When each job last ran, and the rounds in a row it was decided and did not run; forget jobs that left."""
         keys = set()
         for j in view.jobs:
             key = str(j.job_id)
             keys.add(key)
             if key not in self.last_ran:
                 self.last_ran[key] = r - 1
-            elif j.ran_last_round:
+                continue
+            if not j.ran_last_round and self.last_ran[key] == r - 1:  # decided in the round before, and not run
+                self.kept_out[key] = self.kept_out.get(key, 0) + 1
+            else:
+                self.kept_out.pop(key, None)
+            if j.ran_last_round:
                 self.last_ran[key] = max(self.last_ran[key], r - 1)
         for key in [k for k in self.last_ran if k not in keys]:
             del self.last_ran[key]
+        self.kept_out = {k: n for k, n in self.kept_out.items() if k in keys}
         for key in [k for k in self.summaries if k not in keys]:
             del self.summaries[key]
 
@@ -236,7 +249,7 @@ class ShockwaveBase(Policy):
         }
 
     def _waited(self, jid: Any, r: int) -> int:
-        return r - self.last_ran.get(str(jid), r - 1) - 1
+        return max(r - self.last_ran.get(str(jid), r - 1) - 1, self.kept_out.get(str(jid), 0))
 
     def user_caps(self, view: ClusterView) -> dict[Any, Any]:
         """Each user's share of the GPUs: G times its part of the budgets (fairshare.user_shares)."""
