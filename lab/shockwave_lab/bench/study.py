@@ -111,8 +111,13 @@ def run_one(spec, policy: str, cfg, out_dir: Path, tmpdir: Path, force=False, se
            "load": os.getloadavg()[0], "rho_sorted": sorted(round(x, 4) for x in m.rho),
            "ftf_dynamic_sorted": sorted(round(x, 4) for x in m.ftf_dynamic),
            "finished_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    return save_row(out, row)
+
+
+def save_row(path: Path, row: dict) -> dict:
+    """Write a run's row as `path` atomically (a crash leaves no half file to be taken for a finished run)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(dumps(row, indent=0))
-    tmp.replace(out)
+    tmp.replace(path)
     return row

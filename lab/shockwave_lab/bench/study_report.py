@@ -30,7 +30,9 @@ PUBLIC_TEXT = (
     "`simulator/traces/philly.csv`; not redistributable here, so its windows are made locally with `study_public "
     "sample` and run with `SHOCKWAVE_PUBLIC_SAMPLES=DIR`).  Every job is a static job of its measured run time; "
     "the accounts are the trace's (openb: QoS class; Philly: virtual cluster), neither trace names users.  Pollux "
-    "changes GPU counts, so its makespan can be below LB (a bound for the trace's own counts).  Same targets.")
+    "changes GPU counts, so its makespan can be below LB (a bound for the trace's own counts).  Same targets.  "
+    "The default admits jobs at round boundaries here; with Slurm's own starts (on a cluster a job that fits starts "
+    "at once), `docs/study-public-slurm-starts.md`.")
 COLUMNS = ("makespan s", "makespan/LB", "avg JCT s", "worst rho", "unfair %", "worst dyn. FTF", "p95 dyn. FTF",
            "dyn. unfair %", "restarts / job", "worst restarts / h", "util", "decided by (contested GPU-rounds)",
            "wall s")
