@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -88,6 +89,21 @@ def cancel(c, ids):
              timeout=30, what="jobs cancelled")
 
 
+@contextlib.contextmanager
+def planned_again(c, cfg, a):
+    """A new controller (a restart) whose policy plans job `a`: it must release it and see it running; then the
+    controller is closed and the job cancelled."""
+    ctl = Controller(cfg)
+    ctl.loop.policy = Scripted(plan={a})
+    try:
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(c, {a})[a][0] == "RUNNING",
+                 timeout=40, interval=0.3, what="a released and running again")
+        yield ctl
+    finally:
+        ctl.close()
+        cancel(c, {a})
+
+
 class FailingHold(SlurmCLI):
     """`scontrol hold` fails right after a `requeuehold` (what a kill -9 between the two leaves behind)."""
 
@@ -112,17 +128,10 @@ def test_crash_between_requeuehold_and_hold_does_not_hold_forever(cluster):
     finally:
         ctl.close()
     # a new controller (a restart) with the job planned again: it must be released and run
-    ctl = Controller(cfg)
-    ctl.loop.policy = Scripted(plan={a})
-    try:
-        wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][0] == "RUNNING",
-                 timeout=40, interval=0.3, what="a released and running again")
+    with planned_again(cluster, cfg, a) as ctl:
         assert marked_before.startswith("shockwave:held")                      # marked before acting
         assert state_of(cluster, {a})[a][3] == ""                              # mark cleared
         assert not any(r["verb"] == "requeue_hold" and r["restart_count"] == 1 for r in ctl.state.actions())
-    finally:
-        ctl.close()
-        cancel(cluster, {a})
 
 
 def test_crash_between_requeuehold_and_hold_deferred_job_stays_ours(cluster):
@@ -312,14 +321,8 @@ def test_killed_between_the_requeue_and_the_mark_of_a_resized_job_the_next_contr
         assert [r["status"] for r in ctl.state.actions(job_id=a, verb="requeue_hold")] == ["intent"]
     finally:
         ctl.close()
-    ctl = Controller(cfg)
-    ctl.loop.policy = Scripted(plan={a})
-    try:
-        wait_for(lambda: ctl.run(max_rounds=1) is not None and state_of(cluster, {a})[a][0] == "RUNNING",
-                 timeout=40, interval=0.3, what="a released and running again")
-    finally:
-        ctl.close()
-        cancel(cluster, {a})
+    with planned_again(cluster, cfg, a):                # released and running: the check is the entry
+        pass
 
 
 # last in the module: on the old code its job crashed every later round of the module's cluster
