@@ -101,6 +101,22 @@ def test_a_count_the_table_lacks_is_the_largest_profiled_count_below_at_that_bat
     assert t.scaled("m", 128, 4) is None and t.scaled("other", 32, 2) is None
 
 
+def test_counts_between_the_profiled_ones_take_the_batch_sizes_of_the_count_below(tmp_path, table):
+    """Sia's workloads (SOSP '23, Pollux's format) ask 6, 10, 12 and 14 GPUs: a count the profiles lack runs at a
+    batch size profiled at the largest count below it, at that count's rate scaled linearly."""
+    rows = ["cifar10-0,10,cifar10,6,2048", "cifar10-1,20,cifar10,12,4096", "imagenet-2,30,imagenet,14,3200",
+            "cifar10-3,40,cifar10,4,2048"]  # fmt: skip
+    e = {x["id"]: x for x in to_entries(read_jobs(write(tmp_path, rows)), table)}
+    assert [e[k]["gpus"] for k in e] == [6, 12, 14, 4]
+    assert e["cifar10-0"]["batch_size"] in table.batch_sizes("ResNet-18", 4)
+    assert e["cifar10-1"]["batch_size"] in table.batch_sizes("ResNet-18", 8)
+    assert e["imagenet-2"]["batch_size"] in table.batch_sizes("ResNet-50", 8)
+    six, four = exclusive_seconds(e["cifar10-0"], table), exclusive_seconds(e["cifar10-3"], table)
+    assert six == pytest.approx(four * 4 / 6)  # the same work at the 4-GPU rate x 6/4
+    rows_, tally = load("pollux-workload", tmp_path / "workload-1.csv")
+    assert len(rows_) == 4 and not tally.clipped
+
+
 def test_registered_format_gives_rows_of_the_exclusive_time(tmp_path, table):
     rows, tally = load("pollux-workload", write(tmp_path))
     entries = {x["id"]: x for x in to_entries(read_jobs(tmp_path / "workload-1.csv"), table)}

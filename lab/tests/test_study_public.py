@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
 
 from shockwave_lab.bench import study_public as sp
-from shockwave_lab.bench.study_traces import PUBLIC, offered_load, public_specs, trace_file
+from shockwave_lab.bench.study_traces import PUBLIC, offered_load, public_specs, trace_file, users_samples
 from shockwave_lab.data_files import THROUGHPUTS
 from shockwave_lab.imports.common import Row
 from shockwave_lab.simulate import run_simulation
@@ -115,6 +116,13 @@ def test_a_users_samples_join_the_study(tmp_path):
     # the 16-GPU job (arrives at 384 s) waits for the 4-GPU one (0-2,759 s), then runs 7,200 s: rounds of 120 s
     assert m.jobs == 3 and 2759 + 7200 <= m.makespan <= 2759 + 7200 + 2 * 120
     assert "of the 6 `pollux-philly` jobs of pollux_philly.csv" in specs["syn_p50_3j_8g"].describe()
+
+
+def test_samples_of_several_directories_join_the_study(tmp_path):
+    assert sample(tmp_path / "a") == 0 and sample(tmp_path / "b", "--name", "other") == 0
+    both = users_samples(os.pathsep.join([str(tmp_path / "a"), "", str(tmp_path / "b")]))
+    assert sorted(s.name for s in both) == ["other_p25_3j_16g", "other_p50_3j_8g", "syn_p25_3j_16g", "syn_p50_3j_8g"]
+    assert users_samples(None) == [] and users_samples("") == []
 
 
 def test_build_refuses_a_file_that_is_not_the_source(tmp_path, capsys):

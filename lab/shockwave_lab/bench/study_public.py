@@ -72,6 +72,31 @@ SOURCES = {
         False,  # Philly "as is" (cite ATC '19); the artifact branch has no licence file: not redistributed here
     ),
 }
+#: Sia's (SOSP '23) ten workloads drawn from Helios's Saturn cluster (SC '21): arrivals and GPU counts from the trace,
+#: each job's length its application's (Pollux's format); the artifact has no licence file: not redistributed here
+SATURN = (
+    "0ff89480a7183132b4c40e5853aa632da93a9eee204ea6432a0b46b31615c6ed",
+    "cb0fe646907b3862bb418f42d4d52f0a84ab206336ef43a889eb3b730beda1b3",
+    "54820fdfd9228b4ec39ee50aa9fd22bcd8681cf9cd411b6cf056ad7a8357ee0c",
+    "9cfcb6d8f692d24b10a50cb1777f5ff2e2020062a5d5f7431dff1cf78dc3e722",
+    "af385c618966addcba138629e5f23ca381b5ef0b087b3c20caead351be4116cb",
+    "a41ca5f26a49e91c35c59db89e326c9489afe9a21e14f260985ac373adf8fae8",
+    "216825bca384a97dd10ef46b25c2b14c78c0e3f31c958f40175b00421d764b72",
+    "9ea6fc2f1757655d5c0355d618780133cf1b330203c56007e44f171174b231fc",
+    "e81fd884d59ce1907a28170323241d8fbbaaddc9abd75d0ea4677711ae03d45b",
+    "f7e7d15ddeeaa7198566cded7d0cca528a506e8e503d21bbb0d20c409163b11a",
+)
+SOURCES |= {
+    f"saturn_w{i}": Source(
+        "pollux-workload",
+        "siasosp23/artifacts",
+        "37c68be73bc2ea5f53c778190d1b88f6c00e7352",
+        f"sia-simulator/workloads/saturn/workload-{i}.csv",
+        digest,
+        False,
+    )
+    for i, digest in enumerate(SATURN, 1)
+}
 
 
 COMMITTED = {k: src for k, src in SOURCES.items() if src.committed}

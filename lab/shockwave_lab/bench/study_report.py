@@ -24,15 +24,17 @@ DEFAULT_TARGETS = ("makespan <= 1.10 x LB", "avg JCT < Slurm's", "worst dyn. FTF
 SLURM_MODELS = ("slurm-multifactor", "slurm-preempt")
 PAPER_TARGETS = ("makespan < Themis and Gavel", "unfair % < Themis and Gavel")
 PUBLIC_TEXT = (
-    "Windows of 300 jobs of real GPU clusters' traces (`bench/study.py public`; how they are cut and sized, and "
-    "where each trace comes from: `docs/public-traces.md`): Alibaba's 2023 GPU pods (openb; committed in "
-    "`lab/shockwave_lab/data/public/`) and Philly (Microsoft, ATC '19, as the Pollux artifact's "
-    "`simulator/traces/philly.csv`; not redistributable here, so its windows are made locally with `study_public "
-    "sample` and run with `SHOCKWAVE_PUBLIC_SAMPLES=DIR`).  Every job is a static job of its measured run time; "
-    "the accounts are the trace's (openb: QoS class; Philly: virtual cluster), neither trace names users.  Pollux "
-    "changes GPU counts, so its makespan can be below LB (a bound for the trace's own counts).  Same targets.  "
-    "The default admits jobs at round boundaries here; with Slurm's own starts (on a cluster a job that fits starts "
-    "at once), `docs/study-public-slurm-starts.md`.")
+    "Real GPU clusters' traces (`bench/study.py public`; how they are cut and sized, and where each trace comes "
+    "from: `docs/public-traces.md`): windows of 300 jobs of Alibaba's 2023 GPU pods (openb; committed in "
+    "`lab/shockwave_lab/data/public/`) and of Philly (Microsoft, ATC '19, as the Pollux artifact's "
+    "`simulator/traces/philly.csv`), and the ten 160-job workloads the Sia artifact (SOSP '23) drew from Helios's "
+    "Saturn cluster (SenseTime, SC '21: arrivals and GPU counts from the trace, each job's length its "
+    "application's, as Pollux's workloads; `saturn_w*`).  The last two are not redistributable here: they are "
+    "made locally with `study_public sample` and run with `SHOCKWAVE_PUBLIC_SAMPLES=DIR[:DIR]`.  Every job is a "
+    "static job of its length; the accounts are the trace's (openb: QoS class; Philly: virtual cluster; Saturn "
+    "workloads: none), no trace names users.  Pollux changes GPU counts, so its makespan can be below LB (a bound "
+    "for the trace's own counts).  Same targets.  The default admits jobs at round boundaries here; with Slurm's "
+    "own starts (on a cluster a job that fits starts at once), `docs/study-public-slurm-starts.md`.")
 COLUMNS = ("makespan s", "makespan/LB", "avg JCT s", "worst rho", "unfair %", "worst dyn. FTF", "p95 dyn. FTF",
            "dyn. unfair %", "restarts / job", "worst restarts / h", "util", "decided by (contested GPU-rounds)",
            "wall s")

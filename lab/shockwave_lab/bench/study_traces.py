@@ -142,9 +142,14 @@ def public_specs(directory=PUBLIC_DIR) -> list[TraceSpec]:
             for r in read_index(directory)]
 
 
-#: the committed samples, and a user's own (`study_public sample --out DIR`) where SHOCKWAVE_PUBLIC_SAMPLES names DIR
-PUBLIC = public_specs() + (public_specs(os.environ["SHOCKWAVE_PUBLIC_SAMPLES"])
-                           if os.environ.get("SHOCKWAVE_PUBLIC_SAMPLES") else [])
+def users_samples(dirs: str | None) -> list[TraceSpec]:
+    """The samples of each directory of `dirs` (separated by os.pathsep, as in PATH; None or empty: none)."""
+    return [s for d in (dirs or "").split(os.pathsep) if d for s in public_specs(d)]
+
+
+#: the committed samples, and a user's own (`study_public sample --out DIR`) in the directories that
+#: SHOCKWAVE_PUBLIC_SAMPLES names
+PUBLIC = public_specs() + users_samples(os.environ.get("SHOCKWAVE_PUBLIC_SAMPLES"))
 
 
 def _sample_record(spec: TraceSpec) -> dict:

@@ -147,7 +147,8 @@ def to_entries(jobs: list[Job], table: ThroughputTable, max_gpus: int | None = N
         if max_gpus is not None and g > max_gpus:
             tally.clip(f"over {max_gpus} GPUs")
             g = max_gpus
-        bs = nearest(table.batch_sizes(app.model, min(g, top[-1])), j.batch_size)
+        # a count the profiles lack (6, 12: Sia's workloads) takes the batch sizes of the largest profiled one below
+        bs = nearest(table.batch_sizes(app.model, max(c for c in top if c <= g)), j.batch_size)
         b1 = nearest(table.batch_sizes(app.model, 1), app.init_bs)
         samples = app.seconds * table.get(app.model, b1, 1) * b1  # what the model does on 1 GPU in that time
         out.append(
