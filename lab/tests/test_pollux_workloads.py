@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,19 @@ def test_variants(tmp_path, table):
     assert mix == se.variant(jobs, "mix") and mix != se.variant(jobs, "mix", seed=se.MIX_SEED + 1)
     with pytest.raises(ValueError, match="unknown variant"):
         se.variant(jobs, "some")
+
+
+def test_sias_saturn_workloads_are_made_under_their_own_name_and_source(tmp_path, monkeypatch):
+    d = tmp_path / "saturn"
+    d.mkdir()
+    write(d, ["cifar10-0,10,cifar10,6,2048", "bert-1,20,bert,12,384"])
+    (rec,) = se.make(d, tmp_path / "data", sizes=(64,), prefix="saturn")
+    assert rec["name"] == "saturn_w1_64g" and rec["gpus"] == 64 and rec["jobs"] == 2 and "source" not in rec
+    # a file of the Sia artifact (known by its SHA-256) is named by its repository, commit and path
+    sia = replace(se.SOURCES["saturn_w1"], sha256=se.sha256(d / "workload-1.csv"))
+    monkeypatch.setitem(se.SOURCES, "saturn_w1", sia)
+    (rec,) = se.make(d, tmp_path / "data", sizes=(64,), prefix="saturn")
+    assert rec["source"] == {"repo": "siasosp23/artifacts", "commit": sia.commit, "path": sia.path}
 
 
 def test_a_tiny_elastic_study_runs_caches_and_reports(tmp_path):

@@ -7,7 +7,9 @@
 Workloads: Pollux's eight realistic workloads (`imports/pollux_workloads.py`; not redistributable, so `make` writes
 their job specs into a directory of the user's, `--data`, default `$SHOCKWAVE_POLLUX_WORKLOADS` or
 ~/shockwave-public/pollux-workloads, with an index `study_traces.public_specs` reads) on 64 GPUs (Sia's setting), 32
-and 16; and `GENERATED`, study traces of light load and contended ones.  Each in three variants (`VARIANTS`): rigid
+and 16; Sia's ten workloads drawn from Helios's Saturn cluster (SOSP '23; the same format) on 64 GPUs, its setting,
+where made (`make --workloads sia-simulator/workloads/saturn --name saturn --sizes 64`); and `GENERATED`, study
+traces of light load and contended ones.  Each in three variants (`VARIANTS`): rigid
 (no job has a range), every job elastic up to `UP_TO` GPUs (`simulate.elastic_jobs`), and a mix (a seeded half of
 the jobs elastic up to `UP_TO`).  Policies: the default and `pollux` on each variant; the other baselines (which
 never resize) on the rigid one.  Each under `study.study_semantics`; each run is a file
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from shockwave_lab.bench import ROOT
 from shockwave_lab.bench.study import baselines, code_hash, run_key, study_semantics
-from shockwave_lab.bench.study_public import sha256, write_index
+from shockwave_lab.bench.study_public import SOURCES, sha256, write_index
 from shockwave_lab.bench.study_traces import ALL, offered_load, public_specs, trace_file
 from shockwave_lab.imports.common import Tally
 from shockwave_lab.imports.pollux_workloads import TACC, read_jobs, throughputs_json, to_entries
@@ -74,9 +76,10 @@ WORKLOAD_CODE = [
 ]
 
 
-def make(workloads_dir, data=DATA, sizes=SIZES) -> list[dict]:
+def make(workloads_dir, data=DATA, sizes=SIZES, prefix: str = "pollux") -> list[dict]:
     """Job specs (and throughputs files where a count is missing) of every workload-N.csv of `workloads_dir` on
-    each cluster size, indexed in data/samples.json."""
+    each cluster size, indexed in data/samples.json as <prefix>_wN_<size>g.  A file of Pollux's artifact (`KNOWN`)
+    or of Sia's Saturn workloads (study_public.SATURN) is named in the index by repository, commit and path."""
     data = Path(data)
     data.mkdir(parents=True, exist_ok=True)
     table = ThroughputTable.load(TACC)
@@ -86,11 +89,18 @@ def make(workloads_dir, data=DATA, sizes=SIZES) -> list[dict]:
         raise ValueError(f"{workloads_dir}: no workload-N.csv")
     for f in files:
         jobs, digest = read_jobs(f), sha256(f)
-        source = {**SOURCE, "path": SOURCE["path"].format(KNOWN[digest[:16]])} if digest[:16] in KNOWN else None
+        src = next((v for v in SOURCES.values() if v.sha256 == digest), None)
+        source = (
+            {**SOURCE, "path": SOURCE["path"].format(KNOWN[digest[:16]])}
+            if digest[:16] in KNOWN
+            else {"repo": src.repo, "commit": src.commit, "path": src.path}
+            if src
+            else None
+        )
         for size in sizes:
             tally = Tally()
             entries = to_entries(jobs, table, size, tally)
-            name = f"pollux_w{f.stem.split('-')[1]}_{size}g"
+            name = f"{prefix}_w{f.stem.split('-')[1]}_{size}g"
             (data / f"{name}.jsonl").write_text(spec_text(entries))
             thr = throughputs_json(entries)
             if thr is not None:
@@ -331,8 +341,10 @@ def write_report(specs, tmpdir: Path, path: Path = DOC, out=OUT) -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("make", help="Pollux's workload-N.csv files -> job specs in --data")
+    m = sub.add_parser("make", help="Pollux's (or Sia's) workload-N.csv files -> job specs in --data")
     m.add_argument("--workloads", required=True, help="the artifact's benchmark/workloads-realistic directory")
+    m.add_argument("--name", default="pollux", help="prefix of the workloads' names (Sia's Saturn ones: saturn)")
+    m.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="cluster sizes (GPUs)")
     for name in ("run", "report"):
         p = sub.add_parser(name)
         p.add_argument("--traces", nargs="+", default=None, help="names (default: all)")
@@ -344,7 +356,7 @@ def main(argv=None) -> int:
         p.add_argument("--data", default=str(DATA), help="the directory of the Pollux workloads' job specs")
     a = ap.parse_args(argv)
     if a.cmd == "make":
-        for r in make(a.workloads, a.data):
+        for r in make(a.workloads, a.data, tuple(a.sizes), a.name):
             print(f"{r['name']}: {r['imported']}")
         return 0
     specs = traces(a.data)
