@@ -75,3 +75,21 @@ def test_declaring_a_huge_job_cannot_buy_the_cluster_through_the_critical_path()
     # one user alone: the critical path is not capped
     d = ShockwaveEDF().decide(view([replace(j, user="alice") for j in jobs], r=0, G=4))
     assert sorted(d.run) == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_near_longest_job_with_more_slack_than_the_window_waits_until_its_slack_runs_out():
+    # on 8 GPUs the longest job L (100,000 s left) sets the makespan bound; N2 (98,000 s) is within one plan window
+    # (20 rounds of 120 s) of it and on the critical path; N1 (90,000 s) is within 15% of it but has 10,000 s of
+    # slack, more than a window: it is not (three such jobs once held two thirds of a cluster for hours,
+    # docs/public-traces.md), and the short jobs due before it run
+    short = [mkjob(f"s{i}", g=2, total=10) for i in range(3)]
+    big = {"L": 1000, "N1": 900, "N2": 980}
+    jobs = [mkjob(k, g=2, total=n, arrival=600.0) for k, n in big.items()] + short
+    d = ShockwaveEDF().decide(view(jobs, r=10, G=8, now=1200.0))
+    assert {k: d.plans[k].critical_path for k in big} == {"L": True, "N1": False, "N2": True}
+    assert {"L", "N2"} <= set(d.run) and "N1" not in d.run and sum(str(j).startswith("s") for j in d.run) == 2
+    # once L and N2 have run 8,000 s N1 is 2,000 s from the bound (L's 92,000 s): on the path
+    jobs[0] = mkjob("L", g=2, total=1000, done=80, arrival=600.0)
+    jobs[2] = mkjob("N2", g=2, total=980, done=80, arrival=600.0)
+    d = ShockwaveEDF().decide(view(jobs, r=80, G=8, now=9600.0))
+    assert d.plans["N1"].critical_path and "N1" in d.run
