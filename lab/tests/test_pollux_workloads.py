@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shockwave_lab.bench import study_elastic as se
+from shockwave_lab.bench import study_public as sp
 from shockwave_lab.imports import load
 from shockwave_lab.imports.common import Tally
 from shockwave_lab.imports.pollux_workloads import (
@@ -171,8 +172,8 @@ def test_sias_saturn_workloads_are_made_under_their_own_name_and_source(tmp_path
     (rec,) = se.make(d, tmp_path / "data", sizes=(64,), prefix="saturn")
     assert rec["name"] == "saturn_w1_64g" and rec["gpus"] == 64 and rec["jobs"] == 2 and "source" not in rec
     # a file of the Sia artifact (known by its SHA-256) is named by its repository, commit and path
-    sia = replace(se.SOURCES["saturn_w1"], sha256=se.sha256(d / "workload-1.csv"))
-    monkeypatch.setitem(se.SOURCES, "saturn_w1", sia)
+    sia = replace(sp.SOURCES["saturn_w1"], sha256=sp.sha256(d / "workload-1.csv"))
+    monkeypatch.setitem(sp.SOURCES, "saturn_w1", sia)
     (rec,) = se.make(d, tmp_path / "data", sizes=(64,), prefix="saturn")
     assert rec["source"] == {"repo": "siasosp23/artifacts", "commit": sia.commit, "path": sia.path}
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from shockwave_lab.bench import ROOT
 from shockwave_lab.bench.study import baselines, code_hash, run_key, study_semantics
-from shockwave_lab.bench.study_public import SOURCES, sha256, write_index
+from shockwave_lab.bench.study_public import sha256, source_of, write_index
 from shockwave_lab.bench.study_traces import ALL, offered_load, public_specs, trace_file
 from shockwave_lab.imports.common import Tally
 from shockwave_lab.imports.pollux_workloads import TACC, read_jobs, throughputs_json, to_entries
@@ -51,23 +51,6 @@ VARIANTS = ("rigid", "all", "mix")
 LIGHT = ("gen300j_64g_s401", "gen400j_32g_s402", "gen150j_16g_s409")
 CONTENDED = ("gen100j_32g_s1", "gen200j_16g_s403", "gen200j_32g_s404")
 GENERATED = [s for s in ALL if s.name in LIGHT + CONTENDED]
-#: the artifact's workloads as read (petuum/adaptdl, branch osdi21-artifact): a file whose SHA-256 starts with one
-#: of these is named by repository, commit and path in the index
-SOURCE = {
-    "repo": "petuum/adaptdl",
-    "commit": "c793c7089bd307462686339d29707925c461f9a9",
-    "path": "benchmark/workloads-realistic/workload-{}.csv",
-}
-KNOWN = {
-    "e1650a58264858a1": 1,
-    "1c54f55b3ec2577f": 2,
-    "318d0df8b46c2eaa": 3,
-    "eabbc315b3e70432": 4,
-    "c45c495ba11251d5": 5,
-    "18b9d7d854fa2662": 6,
-    "4e4abcd9c5c012c6": 7,
-    "786745c8c52f4578": 8,
-}
 #: what a run depends on beyond study.code_hash: how a workload is loaded, made elastic and imported
 WORKLOAD_CODE = [
     ROOT / "lab" / "shockwave_lab" / "simulate.py",
@@ -78,8 +61,8 @@ WORKLOAD_CODE = [
 
 def make(workloads_dir, data=DATA, sizes=SIZES, prefix: str = "pollux") -> list[dict]:
     """Job specs (and throughputs files where a count is missing) of every workload-N.csv of `workloads_dir` on
-    each cluster size, indexed in data/samples.json as <prefix>_wN_<size>g.  A file of Pollux's artifact (`KNOWN`)
-    or of Sia's Saturn workloads (study_public.SATURN) is named in the index by repository, commit and path."""
+    each cluster size, indexed in data/samples.json as <prefix>_wN_<size>g.  A file of Pollux's or Sia's artifact
+    (study_public.SOURCES) is named in the index by repository, commit and path."""
     data = Path(data)
     data.mkdir(parents=True, exist_ok=True)
     table = ThroughputTable.load(TACC)
@@ -89,14 +72,7 @@ def make(workloads_dir, data=DATA, sizes=SIZES, prefix: str = "pollux") -> list[
         raise ValueError(f"{workloads_dir}: no workload-N.csv")
     for f in files:
         jobs, digest = read_jobs(f), sha256(f)
-        src = next((v for v in SOURCES.values() if v.sha256 == digest), None)
-        source = (
-            {**SOURCE, "path": SOURCE["path"].format(KNOWN[digest[:16]])}
-            if digest[:16] in KNOWN
-            else {"repo": src.repo, "commit": src.commit, "path": src.path}
-            if src
-            else None
-        )
+        source = source_of(digest, "pollux-workload")
         for size in sizes:
             tally = Tally()
             entries = to_entries(jobs, table, size, tally)

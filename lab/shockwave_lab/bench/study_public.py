@@ -72,31 +72,59 @@ SOURCES = {
         False,  # Philly "as is" (cite ATC '19); the artifact branch has no licence file: not redistributed here
     ),
 }
+
+
+def _workloads(stem: str, repo: str, commit: str, path: str, digests: tuple) -> dict:
+    """{<stem>_w<N>: Source} of an artifact's workload-N.csv files (Pollux's format), N from 1, by SHA-256."""
+    return {
+        f"{stem}_w{i}": Source("pollux-workload", repo, commit, path.format(i), digest, False)
+        for i, digest in enumerate(digests, 1)
+    }
+
+
+#: Pollux's (OSDI '21) eight realistic workloads, drawn from Philly (branch osdi21-artifact: no licence file)
+SOURCES |= _workloads(
+    "pollux",
+    "petuum/adaptdl",
+    "c793c7089bd307462686339d29707925c461f9a9",
+    "benchmark/workloads-realistic/workload-{}.csv",
+    (
+        "e1650a58264858a1b6a628ffbbc886ed8c94344b407866a71c26ff6a5403ff3c",
+        "1c54f55b3ec2577ff1c11977bb923003c9ed5e6823240efb9f1d82c8fa576bed",
+        "318d0df8b46c2eaad08249fa8a84786ec4cc6e57bb4cac1340b3bec96926f925",
+        "eabbc315b3e7043e3ae9d261d7c3f9d0804e55dec1e139b566075c24705510f1",
+        "c45c495ba11251d5b886d2d880476aafcdbd44101e9eb60910440e2020ca6d65",
+        "18b9d7d854fa26620a918970c2c3415bf9d4160c5a9b19978e2ddc79a8165d26",
+        "4e4abcd9c5c012c619a4f54b89608302c83259069e240286b69654b6b36272df",
+        "786745c8c52f457807c6bf0e8fec89eed5dad2808563cdd09006f594494d1cfc",
+    ),
+)
 #: Sia's (SOSP '23) ten workloads drawn from Helios's Saturn cluster (SC '21): arrivals and GPU counts from the trace,
 #: each job's length its application's (Pollux's format); the artifact has no licence file: not redistributed here
-SATURN = (
-    "0ff89480a7183132b4c40e5853aa632da93a9eee204ea6432a0b46b31615c6ed",
-    "cb0fe646907b3862bb418f42d4d52f0a84ab206336ef43a889eb3b730beda1b3",
-    "54820fdfd9228b4ec39ee50aa9fd22bcd8681cf9cd411b6cf056ad7a8357ee0c",
-    "9cfcb6d8f692d24b10a50cb1777f5ff2e2020062a5d5f7431dff1cf78dc3e722",
-    "af385c618966addcba138629e5f23ca381b5ef0b087b3c20caead351be4116cb",
-    "a41ca5f26a49e91c35c59db89e326c9489afe9a21e14f260985ac373adf8fae8",
-    "216825bca384a97dd10ef46b25c2b14c78c0e3f31c958f40175b00421d764b72",
-    "9ea6fc2f1757655d5c0355d618780133cf1b330203c56007e44f171174b231fc",
-    "e81fd884d59ce1907a28170323241d8fbbaaddc9abd75d0ea4677711ae03d45b",
-    "f7e7d15ddeeaa7198566cded7d0cca528a506e8e503d21bbb0d20c409163b11a",
+SOURCES |= _workloads(
+    "saturn",
+    "siasosp23/artifacts",
+    "37c68be73bc2ea5f53c778190d1b88f6c00e7352",
+    "sia-simulator/workloads/saturn/workload-{}.csv",
+    (
+        "0ff89480a7183132b4c40e5853aa632da93a9eee204ea6432a0b46b31615c6ed",
+        "cb0fe646907b3862bb418f42d4d52f0a84ab206336ef43a889eb3b730beda1b3",
+        "54820fdfd9228b4ec39ee50aa9fd22bcd8681cf9cd411b6cf056ad7a8357ee0c",
+        "9cfcb6d8f692d24b10a50cb1777f5ff2e2020062a5d5f7431dff1cf78dc3e722",
+        "af385c618966addcba138629e5f23ca381b5ef0b087b3c20caead351be4116cb",
+        "a41ca5f26a49e91c35c59db89e326c9489afe9a21e14f260985ac373adf8fae8",
+        "216825bca384a97dd10ef46b25c2b14c78c0e3f31c958f40175b00421d764b72",
+        "9ea6fc2f1757655d5c0355d618780133cf1b330203c56007e44f171174b231fc",
+        "e81fd884d59ce1907a28170323241d8fbbaaddc9abd75d0ea4677711ae03d45b",
+        "f7e7d15ddeeaa7198566cded7d0cca528a506e8e503d21bbb0d20c409163b11a",
+    ),
 )
-SOURCES |= {
-    f"saturn_w{i}": Source(
-        "pollux-workload",
-        "siasosp23/artifacts",
-        "37c68be73bc2ea5f53c778190d1b88f6c00e7352",
-        f"sia-simulator/workloads/saturn/workload-{i}.csv",
-        digest,
-        False,
-    )
-    for i, digest in enumerate(SATURN, 1)
-}
+
+
+def source_of(digest: str, fmt: str) -> dict | None:
+    """{repo, commit, path} of the file of `SOURCES` with this SHA-256 read as `fmt`; None: not one of them."""
+    src = next((src for src in SOURCES.values() if src.sha256 == digest and src.format == fmt), None)
+    return {"repo": src.repo, "commit": src.commit, "path": src.path} if src else None
 
 
 COMMITTED = {k: src for k, src in SOURCES.items() if src.committed}
@@ -154,9 +182,8 @@ def make_samples(
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, tally = load(fmt, path, rules, tasks=tasks)
     digest = sha256(path)
-    src = next((src for src in SOURCES.values() if src.sha256 == digest and src.format == fmt), None)
-    source = {"repo": src.repo, "commit": src.commit, "path": src.path} if src else None
-    label = Path(src.path).name if src else Path(path).name
+    source = source_of(digest, fmt)
+    label = Path(source["path"] if source else path).name
     if len(rows) < jobs:
         raise ValueError(f"{tally.summary(len(rows), label)}: fewer than the {jobs} jobs of a window")
     table = ThroughputTable.load(TABLE)
