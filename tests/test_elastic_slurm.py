@@ -239,6 +239,27 @@ def test_quarantine_of_bad_ranges_and_views_of_good_ones(cluster):
 
 
 @pytest.mark.slurm
+def test_a_range_valid_on_the_partition_is_not_quarantined_while_a_node_is_drained(cluster):
+    """The hint's bound is every GPU of the partition's nodes: a drained node (or one that reads `unknown` for a few
+    seconds after slurmctld restarts) comes back, and quarantining the job would hand it to Slurm meanwhile."""
+    c, root = cluster, make_root("shockwave-elastic-drain-")
+    b = _backend(_config(c, root))
+    out = c.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=shockwave-test"])
+    assert out.returncode == 0, out.stderr
+    whole = _submit(c, "shockwave gpus=1-8 bs=16", hold=True)
+    over = _submit(c, "shockwave gpus=1-9 bs=16", hold=True)
+    try:
+        view = b.observe()
+        assert whole not in b.quarantined and {v.job_id: v for v in view.jobs}[whole].gpus_range == (1, 8)
+        assert "the partition has 8 GPU(s)" in b.quarantined[over], b.quarantined
+        assert b.round_context().partition_gpus == 4 and view.num_gpus == 4   # what can run now: node1's
+    finally:
+        c.run(["scancel", str(whole), str(over)])
+        out = c.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+        assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.slurm
 def test_an_elastic_job_grows_while_pending_shrinks_while_running_and_a_rigid_one_is_never_resized(cluster):
     c, root = cluster, make_root("shockwave-elastic-run-")
     conf = _config(c, root)

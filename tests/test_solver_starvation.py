@@ -114,10 +114,10 @@ def test_finishing_job_is_planned_not_starved(cls, cfg):
 @both
 def test_a_job_its_decisions_run_round_after_round_but_that_never_runs_becomes_overdue(cls, cfg):
     """The decision is not the last word: the preemption gate may give a job's GPUs to jobs the restart bound keeps,
-    round after round (an 8-GPU job waited 140 rounds so in a 16-GPU study run, docs/elastic.md).  Rounds in a row in
-    which the policy ran a job and the views then show it did not run count as waited (`kept_out`, kept across a
-    restart of the controller): after B of them it is overdue and runs as the guard's first job (the gate's
-    reservation).  A round it runs ends the count."""
+    round after round (an 8-GPU job waited 140 rounds so in a 16-GPU study run, docs/elastic.md).  Rounds in which
+    the policy ran a job and the views then show it did not run count as waited (kept across a restart of the
+    controller): after B of them it is overdue and runs as the guard's first job (the gate's reservation).  A round it
+    runs ends the count."""
     pol = cls(cfg)
     B = cfg.starvation_bound_rounds
     overdue_at = None
@@ -136,3 +136,22 @@ def test_a_job_its_decisions_run_round_after_round_but_that_never_runs_becomes_o
     r = B + 3
     d = pol.decide(ClusterView(now=r * D, round_index=r, round_length=D, num_gpus=4, jobs=(job,)))
     assert not d.plans["j"].overdue and d.plans["j"].rule != "guard"
+
+
+@both
+def test_a_round_in_which_a_kept_out_job_is_not_decided_does_not_restart_its_wait(cls, cfg):
+    """A job decided round after round and kept out, then one round not decided at all (a finishing job took the
+    GPUs): that round does not restart its count, so it is overdue about B rounds after it last ran, not B rounds
+    after that one round (an 8-GPU job's count fell from 38 to 1 so, and it waited 270 rounds, docs/results_notes.md)."""
+    pol = cls(cfg)
+    B = cfg.starvation_bound_rounds
+    overdue_at, skipped = None, False
+    for r in range(B + 3):
+        jobs = [view_job("j", 0.0, 2, 0, 10, ran_last_round=False)]
+        if r == B // 2:                                             # a finishing 4-GPU job takes the round
+            jobs.append(view_job("fin", 0.0, 4, 10, 10, steps_left_s=30.0, ran_last_round=True))
+        d = pol.decide(ClusterView(now=r * D, round_index=r, round_length=D, num_gpus=4, jobs=tuple(jobs)))
+        skipped = skipped or "j" not in d.run
+        if d.plans["j"].overdue and overdue_at is None:
+            overdue_at = r
+    assert skipped and overdue_at in (B, B + 1)                    # the undecided round may not count

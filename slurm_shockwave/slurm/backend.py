@@ -79,7 +79,7 @@ class SlurmBackend(ServiceBackend):
         self._round_started = clock()
         self._meta: dict[int, JobContext] = {}  # job -> what status/explain show beside its view (jobview.build)
         self._unmanaged = Unmanaged()
-        self._partition_gpus = 0
+        self._partition_gpus = self._hint_gpus = 0  # the partition's available GPUs; all its nodes' (hints' bound)
         self._first_submit: dict = {}
         self._history: dict = {}
         self._pending_since: dict = {}  # (job, restart count) of a requeued job -> first seen PENDING
@@ -153,7 +153,7 @@ class SlurmBackend(ServiceBackend):
                 return None
             problem = job.problem
             try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
-                hints = parse_hints(job.comment, self.cfg.marker, self._partition_gpus or None)
+                hints = parse_hints(job.comment, self.cfg.marker, self._hint_gpus or None)
                 check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1), jobview.is_submitit(job))
                 marker = None if hints is None else hints.as_dict()
             except HintError as e:
@@ -181,8 +181,9 @@ class SlurmBackend(ServiceBackend):
         self._round_started = begun
         self._bad = {}
         self._ac = admin_comments(jobs)  # our ownership marks (slurm/ownership.py)
-        # the partition's GPUs bound the hints (is_managed): this round's, also in the first round
-        self._partition_gpus = sum(n.gpus for n in nodes if n.available and node_in_partition(n, self.cfg.partition))
+        # hints are bounded by all the partition's nodes' GPUs, whatever their state (docs/guarantees.md)
+        mine = [n for n in nodes if node_in_partition(n, self.cfg.partition)]
+        self._partition_gpus, self._hint_gpus = sum(n.gpus for n in mine if n.available), sum(n.gpus for n in mine)
         managed = [(j, m) for j in jobs for m in [self.is_managed(j)] if m is not None and j.state in ACTIVE_STATES]
         bad = {j.job_id: j for j in jobs if j.job_id in self._bad and j.state in ACTIVE_STATES}
         self.quarantined = {k: v for k, v in self.quarantined.items() if k in bad}

@@ -15,10 +15,11 @@ earliest fair-finish deadline first).  Not a policy itself (no label, so the reg
 * No starvation (this project's fix, kept by both): a job that has not run for B = ``starvation_rounds`` rounds
   (default 2W) runs first, longest wait first, head of line never skipped; it waits at most
   B + ceil((N - 1) / floor(G / g_max)) rounds between two runs (docs/performance.md).  A round counts as run when
-  this policy decided to run the job, except in a row of rounds in which it decided so and the job did not run (the
+  this policy decided to run the job, except the rounds in which it decided so and the job did not run (the
   preemption gate gave its GPUs to jobs the restart bound keeps, or the placement found it no node): those count as
-  waited (`kept_out`), so such a job becomes overdue too, and the guard's first job is a reservation the gate keeps
-  (an 8-GPU job waited 140 rounds without it, docs/elastic.md).
+  waited (`kept_out`, until the job runs; a round in which it was not decided does not restart that count), so such
+  a job becomes overdue too, and the guard's first job is a reservation the gate keeps (an 8-GPU job waited 140
+  rounds without the count, docs/elastic.md, and 270 when one undecided round restarted it, docs/results_notes.md).
 * No fallback of its own: when there is neither a plan nor a solution, `decide` raises PlanUnavailable and the round
   loop runs the one fallback (slurm_shockwave/controller/loop.py) and counts it.
 """
@@ -85,7 +86,7 @@ class ShockwaveBase(Policy):
         self.last_status = ""
         self.summaries: dict[str, RegimeSummary] = {}  # per job: running regime counts (O(1) per new epoch)
         self.last_ran: dict[str, int] = {}  # per job: last round it ran (or first seen - 1)
-        self.kept_out: dict[str, int] = {}  # per job: rounds in a row this policy ran it and it did not run
+        self.kept_out: dict[str, int] = {}  # per job: rounds this policy ran it and it did not run, since it ran
         self.budgets: dict[Any, Any] = {}  # per job: its market budget this round (user_shares)
 
     # ------------------------------------------------------------------ state (a controller restart keeps it)
@@ -172,12 +173,11 @@ class ShockwaveBase(Policy):
             if key not in self.last_ran:
                 self.last_ran[key] = r - 1
                 continue
-            if not j.ran_last_round and self.last_ran[key] == r - 1:  # decided in the round before, and not run
-                self.kept_out[key] = self.kept_out.get(key, 0) + 1
-            else:
-                self.kept_out.pop(key, None)
             if j.ran_last_round:
+                self.kept_out.pop(key, None)
                 self.last_ran[key] = max(self.last_ran[key], r - 1)
+            elif self.last_ran[key] == r - 1:  # decided in the round before, and not run
+                self.kept_out[key] = self.kept_out.get(key, 0) + 1
         for key in [k for k in self.last_ran if k not in keys]:
             del self.last_ran[key]
         self.kept_out = {k: n for k, n in self.kept_out.items() if k in keys}
