@@ -257,6 +257,7 @@ def test_a_range_valid_on_the_partition_is_not_quarantined_while_a_node_is_drain
         c.run(["scancel", str(whole), str(over)])
         out = c.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
         assert out.returncode == 0, out.stderr
+        wait_for(lambda: all(n.available for n in c.cli.sinfo_nodes()), 20, what="node2 back")  # for the next tests
 
 
 @pytest.mark.slurm
