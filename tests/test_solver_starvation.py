@@ -142,7 +142,8 @@ def test_a_job_its_decisions_run_round_after_round_but_that_never_runs_becomes_o
 def test_a_round_in_which_a_kept_out_job_is_not_decided_does_not_restart_its_wait(cls, cfg):
     """A job decided round after round and kept out, then one round not decided at all (a finishing job took the
     GPUs): that round does not restart its count, so it is overdue about B rounds after it last ran, not B rounds
-    after that one round (an 8-GPU job's count fell from 38 to 1 so, and it waited 270 rounds, docs/results_notes.md)."""
+    after that one round (a held-out run's 8-GPU job reached 39 of 40 twice so, and first ran after 122 rounds,
+    docs/results_notes.md)."""
     pol = cls(cfg)
     B = cfg.starvation_bound_rounds
     overdue_at, skipped = None, False
