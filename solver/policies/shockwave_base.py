@@ -19,7 +19,8 @@ earliest fair-finish deadline first).  Not a policy itself (no label, so the reg
   preemption gate gave its GPUs to jobs the restart bound keeps, or the placement found it no node): those count as
   waited (`kept_out`, until the job runs; a round in which it was not decided does not restart that count), so such
   a job becomes overdue too, and the guard's first job is a reservation the gate keeps (an 8-GPU job waited 140
-  rounds without the count, docs/elastic.md, and 270 when one undecided round restarted it, docs/results_notes.md).
+  rounds without the count, docs/elastic.md; one undecided round restarted it, and an 8-GPU job of the held-out
+  gen150j_16g_s304 reached 39 of 40 rounds twice and first ran 122 rounds after it arrived, docs/results_notes.md).
 * No fallback of its own: when there is neither a plan nor a solution, `decide` raises PlanUnavailable and the round
   loop runs the one fallback (slurm_shockwave/controller/loop.py) and counts it.
 """
