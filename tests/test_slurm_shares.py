@@ -148,6 +148,10 @@ def test_bad_json_is_one_error_line():
         parse_sshare_json(json.dumps(bad))
     with pytest.raises(SharesError, match="no shares.shares"):
         parse_sshare_json('{"shares": {}}')
+    bad = json.loads(json.dumps(good))
+    bad["shares"]["shares"][2]["type"] = 7    # found by fuzzing: a TypeError, which whatif showed as a traceback
+    with pytest.raises(SharesError, match="row 2: type: expected a list of names, got int"):
+        parse_sshare_json(json.dumps(bad))
     with pytest.raises(SharesError, match="not JSON"):
         parse_sshare_json("{")
     assert parse_sshare_json('{"shares": {"shares": [], "total_shares": 0}}') == []    # no accounting

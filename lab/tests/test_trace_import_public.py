@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import assert_import_refused
 
 from shockwave_lab.data_files import THROUGHPUTS
-from shockwave_lab.imports import Rules, load
+from shockwave_lab.imports import Row, Rules, Tally, admit, load
 from shockwave_lab.imports.entries import to_entries
 from shockwave_lab.workload.spec import JobEntry
 from shockwave_lab.workload.throughputs import ThroughputTable
@@ -89,6 +89,14 @@ def test_pai_tasks_gpus_types_and_fractions():
     assert dict(tally.clipped) == {"fractional GPUs rounded up": 1}
     got, tally = jobs("pai", "pai_job_table.csv", Rules(fractional="drop"), tasks=DATA / "pai_task_table.csv")
     assert "job-half" not in got and tally.dropped["fractional GPUs"] == 1 and not tally.clipped
+
+
+def test_a_sliver_of_a_gpu_is_rounded_up_to_one_never_to_none():
+    # found by fuzzing the importers: 1e-12 GPUs rounded up (less a tolerance for 2.0000000001) gave a job of 0 GPUs
+    rows = [Row("tiny", 0.0, 60.0, 1e-12), Row("almost-two", 1.0, 60.0, 2.0000000001), Row("half", 2.0, 60.0, 0.5)]
+    tally = Tally()
+    assert [(r.id, r.gpus) for r in admit(rows, tally, Rules())] == [("tiny", 1), ("almost-two", 2), ("half", 1)]
+    assert dict(tally.clipped) == {"fractional GPUs rounded up": 3}
 
 
 def test_alibaba_spot_types_organisations_and_preemption():

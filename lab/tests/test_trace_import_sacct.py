@@ -167,6 +167,10 @@ def _gres(job):
         (lambda j: j["time"].update(end=j["time"]["start"] - 10), "time.end", "ends before its time.start"),
         (lambda j: j["time"].pop("start"), "time.start", "missing"),
         (lambda j: j["state"].update(current=[3]), "state.current", "expected a state name"),
+        # a nested object that is not one (found by fuzzing: they raised AttributeError)
+        (lambda j: j.update(array=7), "array", "expected an object, got int"),
+        (lambda j: j.update(het="x"), "het", "expected an object, got str"),
+        (lambda j: j.update(tres=[1]), "tres", "expected an object, got list"),
     ],
 )
 def test_bad_json_names_the_job_and_field(tmp_path, change, field, problem):

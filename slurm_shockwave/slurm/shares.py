@@ -193,6 +193,8 @@ def parse_sshare_json(text: str | bytes) -> list[ShareRow]:
             raise SharesError(f"sshare --json: row {i} is not an object")
         kind = item.get("type") or []
         kind = [kind] if isinstance(kind, str) else kind
+        if not isinstance(kind, list):
+            raise SharesError(f"sshare --json: row {i}: type: expected a list of names, got {type(kind).__name__}")
         name, parent = str(item.get("name") or ""), str(item.get("parent") or "")
         is_user = "USER" in [str(k).upper() for k in kind]
         fairshare = _table(item.get("fairshare"))

@@ -93,7 +93,7 @@ def admit(rows, tally: Tally, rules: Rules) -> list[Row]:
                 tally.drop("fractional GPUs")
                 continue
             tally.clip("fractional GPUs rounded up")
-            gpus = math.ceil(gpus - 1e-9)
+            gpus = max(1, math.ceil(gpus - 1e-9))  # a sliver of a GPU is one, never none
         gpus = int(gpus)
         if rules.max_gpus is not None and gpus > rules.max_gpus:
             if rules.over == "drop":

@@ -56,16 +56,24 @@ def _run(loc, where, job) -> Run:
             return None
         return number(loc, 0, field, value)
 
+    def obj(field, value):
+        """A nested object of the job (None or missing: empty); anything else is bad input, not a crash."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise WorkloadError(loc, 0, field, f"expected an object, got {type(value).__name__}")
+        return value
+
     jid = num("job_id", get(job, "job_id"))
     if jid is None:
         raise WorkloadError(loc, 0, "job_id", "not set")
     ident = str(int(jid))
-    array = job.get("array") or {}
+    array = obj("array", job.get("array"))
     array_job = num("array.job_id", array.get("job_id"), optional=True)
     task = num("array.task_id", array.get("task_id"), optional=True)
     if array_job and task is not None:
         ident = f"{int(array_job)}_{int(task)}"
-    het = job.get("het") or {}
+    het = obj("het", job.get("het"))
     het_job = num("het.job_id", het.get("job_id"), optional=True)
     offset = num("het.job_offset", het.get("job_offset"), optional=True)
     if het_job and offset is not None:
@@ -78,7 +86,7 @@ def _run(loc, where, job) -> Run:
     submit = num("time.submission", get(job, "time", "submission"))
     if submit is None:
         raise WorkloadError(loc, 0, "time.submission", "not set")
-    tres = job.get("tres") or {}
+    tres = obj("tres", job.get("tres"))
     alloc = tres.get("allocated") or []
     alloc_gpus, gpu_type = _gpus(loc, "tres.allocated", alloc)
     req_gpus, _ = _gpus(loc, "tres.requested", tres.get("requested") or [])
