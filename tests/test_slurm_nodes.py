@@ -177,6 +177,14 @@ class _CLI:
     def pending_ids(self, ids):
         return {int(j) for j in ids} - getattr(self, "started", set())
 
+    def run(self, argv):  # `scontrol --oneliner show reservation`: one of ours, one an admin's (uninstall)
+        assert argv == ["scontrol", "--oneliner", "show", "reservation"], argv
+        text = "ReservationName=shockwave-restart-9 Nodes=node2\nReservationName=maint Nodes=node1\n"
+        return SimpleNamespace(stdout=text)
+
+    def reservation(self, name, fields=None):
+        self.calls.append(("reservation", [name], {"fields": fields}))
+
 
 class _State:
     def __init__(self):
@@ -263,7 +271,7 @@ def test_the_backend_pins_before_the_release_and_moves_only_in_authoritative_mod
     assert verbs.index((VERB, (6,), "node2")) < [v[0] for v in verbs].index("release")
     moved = [(v, ids) for v, ids, _ in verbs if 1 in ids]
     if mode == "authoritative":
-        assert moved == [("hold", (1,)), ("signal", (1,))]
+        assert moved == [("hold", (1,)), ("signal", (1,)), ("reserve", (1,))]   # its new node kept for it
         assert [a.value for a in sent_ if a.verb == "hold"] == [format_mark("held", "moving to node2")]
     else:
         assert moved == []
@@ -287,4 +295,6 @@ def test_uninstall_clears_only_the_pins_the_controller_wrote(tmp_path):
                           managed_by="comment", marker="shockwave")
     done = uninstall(cfg, cli=cli)
     assert done["unpinned"] == ["4"]
+    assert done["unreserved"] == ["9"]          # ours deleted; the admin's `maint` left alone
+    assert [c for c in cli.calls if c[0] == "reservation"] == [("reservation", ["shockwave-restart-9"], {"fields": None})]
     assert [c for c in cli.calls if "NodeList" in c[2]] == [("each", [4], {"NodeList": ""})]

@@ -173,7 +173,8 @@ def uninstall(config_path, as_json):
     else:
         click.echo(
             f"released {len(done['released'])} job(s), reset SiteFactor of {len(done['site_factor_reset'])}, "
-            f"cleared the node pin of {len(done.get('unpinned', ()))}"
+            f"cleared the node pin of {len(done.get('unpinned', ()))}, "
+            f"deleted {len(done.get('unreserved', ()))} restart reservation(s)"
         )
 
 

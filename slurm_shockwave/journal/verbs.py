@@ -18,6 +18,8 @@ class Verb(StrEnum):
     PLACE_TRES = "place_tres"  # a pending job to a GPU type through its request (Slurm 23.11+)
     PLACE_FEATURES = "place_features"  # the same through the nodes' Features (earlier Slurm)
     PLACE_NODES = "place_nodes"  # a pending job pinned to its round's nodes (NodeList=)
+    RESERVE = "reserve"  # a restart's new nodes reserved from its signal to its release (slurm/reservations.py)
+    UNRESERVE = "unreserve"  # that reservation deleted
 
 
 #: verbs that leave a job held by the controller (uninstall releases it), and the one that undoes them

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 _JOB_ID_RE = re.compile(r"^\d+(_\d+)?$")
 _FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+#: the name of the reservation that keeps a restart's nodes, before its job id (slurm/reservations.py)
+RESTART_RESERVATION = "shockwave-restart-"
 #: ids per scontrol/scancel call; keeps argv far below ARG_MAX
 BATCH_SIZE = 500
 

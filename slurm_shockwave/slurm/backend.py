@@ -35,7 +35,8 @@ from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
 from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
-from slurm_shockwave.slurm.preemptions import PreemptionLog, replanned, settle, signal_time
+from slurm_shockwave.slurm.preemptions import PreemptionLog, settle, stopping
+from slurm_shockwave.slurm.reservations import Reservations
 from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
 from solver.preemption import remaining_s
@@ -92,6 +93,7 @@ class SlurmBackend(ServiceBackend):
         self.types = GpuTypes(state)  # capacity per GPU type, pins, steering (gpu_types.py)
         self.pins = NodePins(state)  # GPUs per node, where jobs run, node pins and moves (nodes.py)
         self.elastic = Elastic(state, metrics)  # elastic jobs' base counts, counts and resizes (resize.py)
+        self.reservations = Reservations(cli, state)  # a resized or moved job's new nodes kept for its restart
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -115,14 +117,7 @@ class SlurmBackend(ServiceBackend):
         return dict(self._costs)
 
     def stopping(self) -> frozenset:
-        return frozenset(
-            j
-            for j, entry in self.signalled.items()
-            if j in self._observed
-            and self._observed[j].state == "RUNNING"
-            and signal_time(entry, self._observed[j].restart_count) is not None
-            and not replanned(entry)
-        )
+        return stopping(self.signalled, self._observed)
 
     def startup_warnings(self) -> list[str]:
         try:
@@ -317,6 +312,7 @@ class SlurmBackend(ServiceBackend):
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         self.elastic.enacted(results, self._round_started, self.round_length)  # the round's start (resize.py)
         self._follow = settle(self.signalled, self._observed, run, moves)  # preemptions.py
+        self.reservations.after(self, results, run, moves, assigned)  # reservations.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
 

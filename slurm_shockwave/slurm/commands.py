@@ -351,6 +351,20 @@ class SlurmCLI:
         for chunk in chunks(job_ids_of(job_ids)):
             self.run(["scancel", *chunk])
 
+    def reservation(self, name: str, fields: str | None = None) -> None:
+        """Create the reservation `name` from now (`fields`: ``Nodes=a,b Duration=MINUTES Users=NAME``; the jobs
+        running there keep running, and it may overlap any other reservation), or delete it (`fields` None; one
+        already gone, ended by itself or deleted by an admin, is not an error)."""
+        if fields is not None:
+            argv = ["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now", *fields.split()]
+            self.run([*argv, "Flags=IGNORE_JOBS,OVERLAP"])
+            return
+        try:
+            self.run(["scontrol", "delete", f"ReservationName={name}"])
+        except SlurmError as e:
+            if "requested reservation is invalid" not in str(e).lower():
+                raise
+
     def sbatch(
         self,
         script_path: str | os.PathLike,

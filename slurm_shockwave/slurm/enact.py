@@ -20,7 +20,8 @@ requeued first (then updated while pending).  On a cluster of several GPU types 
 to the type its round placed it on (slurm/gpu_types.py: `place_tres` on Slurm 23.11+, `place_features` before), never
 one whose user asked for a type; and pinned to the nodes its round gave it (slurm/nodes.py: `place_nodes`), never one
 whose user asked for nodes.  In authoritative mode a running job the round moves to other nodes is preempted like one
-that lost its round (`moves`).
+that lost its round (`moves`).  A resized or moved job's new nodes are reserved from its signal to its release
+(slurm/reservations.py: verbs RESERVE and UNRESERVE, made after the round's other actions).
 
 Ownership of holds (slurm/ownership.py): a job is marked in its AdminComment before the controller
 holds or requeue-holds it, and unmarked only after its release.  The reconcile releases only marked jobs
@@ -38,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_shockwave.journal.verbs import Verb
+from slurm_shockwave.slurm.argv import RESTART_RESERVATION
 from slurm_shockwave.slurm.errors import SlurmError, unreachable, update_refused_until_requeue
 from slurm_shockwave.slurm.hints import checkpoint_signal
 from slurm_shockwave.slurm.models import SlurmJob, in_partition
@@ -294,13 +296,8 @@ class Enactor:
                     break
                 continue
             self.state.settle(ids, "done")
-            log.info(
-                "enacted %s%s on %d job(s): %s",
-                a.verb,
-                f" {a.value}" if a.value is not None else "",
-                len(a.job_ids),
-                list(a.job_ids),
-            )
+            value = f" {a.value}" if a.value is not None else ""
+            log.info("enacted %s%s on %d job(s): %s", a.verb, value, len(a.job_ids), list(a.job_ids))
             if self.metrics:
                 self.metrics.enact_actions.labels(a.verb).inc(len(a.job_ids))
             results.append((a, "done"))
@@ -392,9 +389,9 @@ class Enactor:
             self.cli.scontrol_update_each(
                 ids, TresPerNode=f"gres:gpu:{spec}", **({"NumNodes": f"{nodes}-{nodes}"} if nodes else {})
             )
-        elif a.verb == Verb.PLACE_TRES:  # a pending job to the GPU type its round placed it on (gpu_types.py)
-            self.cli.scontrol_update(ids, TresPerNode=a.value)
-        elif a.verb == Verb.PLACE_FEATURES:  # the same on Slurm < 23.11: the nodes carry their type as a Feature
-            self.cli.scontrol_update(ids, Features=a.value)
+        elif a.verb in (Verb.PLACE_TRES, Verb.PLACE_FEATURES):  # to its GPU type: request (23.11+), else Features
+            self.cli.scontrol_update(ids, **{"TresPerNode" if a.verb == Verb.PLACE_TRES else "Features": a.value})
+        elif a.verb in (Verb.RESERVE, Verb.UNRESERVE):  # a restart's nodes kept for it (reservations.py)
+            self.cli.reservation(f"{RESTART_RESERVATION}{ids[0]}", a.value if a.verb == Verb.RESERVE else None)
         else:  # pragma: no cover
             raise ValueError(f"unknown action {a.verb}")

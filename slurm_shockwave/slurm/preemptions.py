@@ -110,3 +110,15 @@ def settle(signalled: dict, observed: Mapping, run: set, moves: Mapping) -> set:
         elif j in run and not ob.wanted_gpus and j not in moves and not replanned(entry):
             signalled[j] = [*entry[:2], 1]
     return {j for j in signalled if j in run}
+
+
+def stopping(signalled: dict, observed: Mapping) -> frozenset:
+    """The jobs on their way off their GPUs: running, signalled at their restart count, not planned again since."""
+    return frozenset(
+        j
+        for j, entry in signalled.items()
+        if j in observed
+        and observed[j].state == "RUNNING"
+        and signal_time(entry, observed[j].restart_count) is not None
+        and not replanned(entry)
+    )

@@ -6,6 +6,7 @@
 * clears the marks (an admin's own AdminComment text is kept);
 * resets SiteFactor to 0 on every active job the controller manages (pending AND running), and on every
   job the journal says it gave a SiteFactor;
+* deletes every restart reservation of the controller (``shockwave-restart-JOBID``, slurm/reservations.py);
 * clears the required node list (``update JobId=<id> NodeList=``, a line per job for one scontrol) of every pending job
   whose list is one the journal says the controller wrote (slurm/nodes.py, verb ``place_nodes``); a list the
   user asked for is kept, and so is a running job's (its node list cannot be changed while it runs).
@@ -26,6 +27,7 @@ from slurm_shockwave.slurm.hints import is_marked
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition
 from slurm_shockwave.slurm.nodes import journal_pins, our_pins_to_clear
 from slurm_shockwave.slurm.ownership import admin_comments, cleared, status_of
+from slurm_shockwave.slurm.reservations import delete_all
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -79,6 +81,7 @@ def uninstall(cfg, cli=None) -> dict:
     unpin = our_pins_to_clear(live, pinned)
     if unpin:
         cli.scontrol_update_each(unpin, NodeList="")
+    unreserved = delete_all(cli)  # before the releases: a released job then starts wherever it fits
     if release:
         cli.release(release)
     # clear the marks after the releases (a crash in between leaves marks, and uninstall can run again)
@@ -92,4 +95,5 @@ def uninstall(cfg, cli=None) -> dict:
         "site_factor_reset": [str(j) for j in reset],
         "unmarked": sorted(str(j.job_id) for j in marked),
         "unpinned": [str(j) for j in unpin],
+        "unreserved": [str(j) for j in unreserved],
     }
