@@ -6,10 +6,18 @@ On a real cluster (2 nodes x 4 fake GPUs; 22.05, 24.11 and 26.05): node1 is full
 an elastic job on 1 GPU; the round grows it to 2 on node2.  A job submitted while it checkpoints (a foreign one, which
 no round holds, as an arrival no round has seen) must not start on node2's free GPU, nor on the one the requeue frees:
 the grown job restarts there on 2 GPUs, and the arrival still waits.  Without the reservation it starts at once (a
-variant of this test with reservations off checks that the race is real)."""
+variant of this test with reservations off checks that the race is real).  A controller killed (SIGKILL) right after
+the create, and again right after the release, before the delete: the next one, on the same state, deletes the
+reservation once the job is released, and the job restarts grown."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +33,7 @@ from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, w
 from tests.test_elastic_slurm import _backend, _config, _job, _running_at
 
 SLEEP = "trap '' USR1; sleep 300"
+REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------------- without Slurm
@@ -115,3 +124,55 @@ def test_an_arrival_does_not_take_the_gpus_a_growing_job_restarts_on(cluster, re
         wait_for(lambda: not [j for j in c.cli.squeue_jobs() if j.state in ("RUNNING", "COMPLETING")], 30,
                  what="the cluster empty for the next test")
 
+
+
+# -- kill -9 of the controller right after a Slurm call: a child process runs one round and SIGKILLs itself
+def _child(conf: str, job: int, n: int, token: str) -> None:
+    from slurm_shockwave.slurm.commands import SlurmCLI
+
+    real = SlurmCLI.run
+
+    def run(self, argv, *a, **kw):
+        out = real(self, argv, *a, **kw)
+        if token in " ".join(map(str, argv)):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    SlurmCLI.run = run
+    _round(_backend(Path(conf)), job, n)
+
+
+def _killed_round(conf: Path, job: int, n: int, token: str) -> None:
+    code = f"from tests.test_reservations_slurm import _child; _child({str(conf)!r}, {job}, {n}, {token!r})"
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+
+
+@pytest.mark.slurm
+def test_kill9_after_the_reservation_and_after_the_release_the_job_restarts_grown_and_none_is_left(cluster):
+    c, root = cluster, make_root("shockwave-reserve-k9-")
+    conf = _config(c, root)
+    jobs = [_sbatch(c, "gpu:4", "--nodelist=node1"), _sbatch(c, "gpu:2", "--nodelist=node2")]
+    try:
+        assert [_running_at(c, j, n) for j, n in zip(jobs, (4, 2), strict=True)]
+        el = _sbatch(c, "gpu:1", "--comment=shockwave epochs=5 bs=8 gpus=1-2")
+        jobs.append(el)
+        _running_at(c, el, 1)
+        _killed_round(conf, el, 2, "create reservation")           # held, signalled, reserved: killed right after
+        assert ours(c.cli) == {el} and _job(c, el).held
+        b = _backend(conf)                                          # a new controller: the reservation in its state
+        runs = _job(c, el).restart_count
+        wait_for(lambda: _round(b, el, 2) or _job(c, el).restart_count > runs, 20, what="requeued after the grace")
+        assert ours(c.cli) == {el}                                  # kept while the job is on its way
+        wait_for(lambda: _job(c, el).state == "PENDING", 20, what="pending after its requeue")
+        b.state.close()
+        _killed_round(conf, el, 2, "scontrol release")             # released, killed before the delete
+        time.sleep(2)
+        j = _job(c, el)
+        assert j.state == "PENDING" and not j.held and j.gpus == 2 and ours(c.cli) == {el}   # the reservation waits
+        _round(_backend(conf), el, 2)                               # the next controller deletes it: the job starts
+        assert _running_at(c, el, 2).nodes == "node2" and ours(c.cli) == set()
+    finally:
+        c.run(["scancel", *map(str, jobs)])
+        wait_for(lambda: not [j for j in c.cli.squeue_jobs() if j.state in ("RUNNING", "COMPLETING")], 30,
+                 what="the cluster empty for the next test")
