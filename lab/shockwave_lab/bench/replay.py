@@ -348,7 +348,7 @@ def main(argv=None):
                     "(--jobs, --seed) on --gpus/--nodes; writes the doc's elastic section only")
     ap.add_argument("--elastic-from", default=None, help="rewrite the elastic section from this kept result "
                     "(with --notes: its reading)")
-    ap.add_argument("--keep", action="store_true", help="with --elastic: keep the cluster's folder (logs, journal)")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs, journal)")
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--hours", default="0.1,0.5", help="with --elastic: MIN,MAX hours of the generated jobs")
@@ -383,7 +383,7 @@ def main(argv=None):
         paths = experiment_paths(DEFAULT_EXPERIMENT)
         res = replay(str(paths["trace"]), str(paths["throughputs"]),
                      gpus=32, nodes=8, time_scale=args.time_scale, policy=policy, users=4,
-                     out=lambda m: print(m, flush=True), argv=["replay", *cmd])
+                     out=lambda m: print(m, flush=True), argv=["replay", *cmd], keep=args.keep)
         res["command"] = "shockwave replay " + " ".join(cmd)
         add_spread(res)
         path = RESULTS / f"{policy}-s{args.time_scale:g}-{time.strftime('%Y%m%d-%H%M')}.json"
