@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -320,3 +321,24 @@ if __name__ == "__main__":
         write_known_fields(here / "data" / "slurm", here.parent / "slurm_shockwave" / "slurmcli" / "known_fields.py")
     else:
         sys.exit("usage: python -m tests.slurm_fixtures record DIR [VERSION] | known-fields")
+
+
+# -- kill -9 of a controller at a chosen Slurm call (tests/test_elastic_slurm.py, tests/test_reservations_slurm.py)
+def die_after(token: str) -> None:
+    """This process SIGKILLs itself right after the first Slurm command whose argv or input names `token`."""
+    real = SlurmCLI.run
+
+    def run(self, argv, *a, **kw):
+        out = real(self, argv, *a, **kw)
+        if token in " ".join(map(str, argv)) + str(kw.get("input") or ""):   # argv, or the lines scontrol reads
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    SlurmCLI.run = run
+
+
+def killed(code: str) -> None:
+    """Run `code` in a child Python (at the repository's root) that must die of SIGKILL (`die_after`)."""
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,9 +34,7 @@ from slurm_shockwave.slurm.resize import Elastic, counts, throughputs
 from solver.placement import PlacementError
 from solver.types import GPU, RoundDecision
 from tests.slurm_backend_fakes import FakeSlurm
-from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.slurm_fixtures import cluster_up, die_after, killed, make_root, version_test_versions, wait_for
 
 
 # ---------------------------------------------------------------------- without Slurm
@@ -336,26 +331,14 @@ def test_an_elastic_job_grows_onto_whole_nodes(cluster):
 
 # -- kill -9 of the controller: a child process runs one round and SIGKILLs itself right after a Slurm call
 def _child(conf: str, placement: str, token: str) -> None:
-    from slurm_shockwave.slurm.commands import SlurmCLI
-
-    real = SlurmCLI.run
-
-    def run(self, argv, *a, **kw):
-        out = real(self, argv, *a, **kw)
-        if token in " ".join(argv) + str(kw.get("input") or ""):   # argv, or the lines scontrol reads
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-
-    SlurmCLI.run = run
+    die_after(token)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     b = _backend(Path(conf))
     _round(b, {int(k): v for k, v in json.loads(placement).items()})
 
 
 def _killed_round(conf: Path, placement: dict, token: str) -> None:
-    code = f"from tests.test_elastic_slurm import _child; _child({str(conf)!r}, {json.dumps(placement)!r}, {token!r})"
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    killed(f"from tests.test_elastic_slurm import _child; _child({str(conf)!r}, {json.dumps(placement)!r}, {token!r})")
 
 
 @pytest.mark.slurm

@@ -12,10 +12,6 @@ reservation once the job is released, and the job restarts grown."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,11 +25,10 @@ from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.reservations import Reservations, ours
 from slurm_shockwave.slurm.uninstall import uninstall
 from solver.types import GPU, RoundDecision
-from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
+from tests.slurm_fixtures import cluster_up, die_after, killed, make_root, version_test_versions, wait_for
 from tests.test_elastic_slurm import _backend, _config, _job, _running_at
 
 SLEEP = "trap '' USR1; sleep 300"
-REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------------- without Slurm
@@ -43,7 +38,7 @@ def _obs(state="RUNNING", gpus=1, wanted=0):
 
 def test_a_resize_or_a_move_signalled_this_round_is_reserved_and_released_ones_are_deleted(tmp_path):
     state = StateStore(tmp_path / "state.sqlite")
-    r = Reservations(None, state, user="ops")
+    r = Reservations(state, user="ops")
     observed = {1: _obs(wanted=2), 2: _obs(), 3: _obs(), 4: _obs(wanted=2)}
     results = [(Action(Verb.SIGNAL, (1, 2, 3, 4), "B:USR1"), "done")]
     # 1: grows; 2: moves; 3: signalled, lost its round; 4: grows but the round gave it no nodes
@@ -51,13 +46,14 @@ def test_a_resize_or_a_move_signalled_this_round_is_reserved_and_released_ones_a
     assert [(a.verb, a.job_ids, a.value) for a in acts] == [
         (Verb.RESERVE, (1,), "Nodes=n1,n2 Duration=5 Users=ops"), (Verb.RESERVE, (2,), "Nodes=n2 Duration=5 Users=ops")]
     r._save({1, 2, 7})                                    # as `after` does before the creates; 7: left by a crash
-    again = Reservations(None, state, user="ops")         # a restarted controller knows what it made
+    again = Reservations(state, user="ops")         # a restarted controller knows what it made
     assert again.live == {1, 2, 7}
     # 1 still checkpoints (followed); 2 was requeued by the controller this round (kept until its release); 7 is gone
     acts = again.wanted([(Action(Verb.REQUEUE_HOLD, (2,), "x"), "done")], {1, 2}, {}, observed, {1}, {}, 5)
     assert [(a.verb, a.job_ids) for a in acts] == [(Verb.UNRESERVE, (7,))]
     acts = again.wanted([], {1, 2}, {}, {1: _obs("PENDING"), 2: _obs("PENDING")}, set(), {}, 5)  # both released now
-    assert [(a.verb, a.job_ids) for a in acts] == [(Verb.UNRESERVE, (1,)), (Verb.UNRESERVE, (2,)), (Verb.UNRESERVE, (7,))]
+    assert [(a.verb, a.job_ids) for a in acts] == [
+        (Verb.UNRESERVE, (1,)), (Verb.UNRESERVE, (2,)), (Verb.UNRESERVE, (7,))]
     state.close()
 
 
@@ -128,24 +124,12 @@ def test_an_arrival_does_not_take_the_gpus_a_growing_job_restarts_on(cluster, re
 
 # -- kill -9 of the controller right after a Slurm call: a child process runs one round and SIGKILLs itself
 def _child(conf: str, job: int, n: int, token: str) -> None:
-    from slurm_shockwave.slurm.commands import SlurmCLI
-
-    real = SlurmCLI.run
-
-    def run(self, argv, *a, **kw):
-        out = real(self, argv, *a, **kw)
-        if token in " ".join(map(str, argv)):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-
-    SlurmCLI.run = run
+    die_after(token)
     _round(_backend(Path(conf)), job, n)
 
 
 def _killed_round(conf: Path, job: int, n: int, token: str) -> None:
-    code = f"from tests.test_reservations_slurm import _child; _child({str(conf)!r}, {job}, {n}, {token!r})"
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    killed(f"from tests.test_reservations_slurm import _child; _child({str(conf)!r}, {job}, {n}, {token!r})")
 
 
 @pytest.mark.slurm

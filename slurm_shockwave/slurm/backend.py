@@ -93,7 +93,7 @@ class SlurmBackend(ServiceBackend):
         self.types = GpuTypes(state)  # capacity per GPU type, pins, steering (gpu_types.py)
         self.pins = NodePins(state)  # GPUs per node, where jobs run, node pins and moves (nodes.py)
         self.elastic = Elastic(state, metrics)  # elastic jobs' base counts, counts and resizes (resize.py)
-        self.reservations = Reservations(cli, state)  # a resized or moved job's new nodes kept for its restart
+        self.reservations = Reservations(state)  # a resized or moved job's new nodes kept for its restart
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:

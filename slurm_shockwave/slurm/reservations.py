@@ -60,8 +60,8 @@ class Reservations:
     controller deletes those it made; read from Slurm only by uninstall), made and deleted after each round's
     enactment (`after`)."""
 
-    def __init__(self, cli, state, user: str | None = None):
-        self.cli, self.state = cli, state
+    def __init__(self, state, user: str | None = None):
+        self.state = state
         self.user = user or pwd.getpwuid(os.geteuid()).pw_name
         self.live: set[int] = {int(j) for j in state.get("reservations", []) or []}
 
