@@ -7,13 +7,19 @@ nodes (`RoundDecision.nodes`, plain Slurm's backfill plans on nodes) goes there 
 largest gang first, to the node with the fewest free GPUs that fits them (best fit keeps whole nodes free for big
 gangs).  When no node has room for a gang, smaller one-node jobs on the node that needs the fewest GPUs moved are
 moved to other nodes (by best fit) to make room: a move is a restart, as a preemption, and happens only when
-`moves` allows it (a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  A
+`moves` allows it (a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  Under
+the preemption gate (`gated`) a job within its last round of work is never moved: the move would be wasted by the
+gate's own rule (solver/preemption.py `wasted`), and the gang waits at most that round for its GPUs.  (The gate's
+restart bound is not applied to moves: measured on 20 random 24-job workloads on 4 x 4 GPUs, it kept wide gangs
+waiting, makespan up to +20%, mean JCT +1-10%; the last-round rule alone changes them by under 0.1%.)  A
 job whose user asked for its nodes (`JobView.allowed_nodes`, Slurm's --nodelist) is placed after the running jobs,
 on exactly those nodes (no moves to make room), and never moved.  A job that still fits no node is left out of the
 round with a reason; the rest of the round runs.
 
-* `assign_nodes(view, decision, moves=True)`: the decision with `nodes` (job -> node names), the jobs that fit no
-  node dropped from `run`, `placement` and their plan's rule; the decision itself when the view has no nodes.
+* `assign_nodes(view, decision, moves=True, gated=True)`: the decision with `nodes` (job -> node names), the jobs
+  that fit no node dropped from `run`, `placement` and their plan's rule (the reason names a running job a move would
+  have made room with, had it not been in its last round); the decision itself when the view has no nodes.
+  `gated`: False for the reference's semantics (no preemption gate).
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from solver import preemption
 from solver.types import ClusterView, JobPlan, RoundDecision
 
 NO_NODE = "no node has room for its {n}-GPU gang this round"
+KEPT = "; job {job} stays where it runs, a move within its last round of work ({left:.0f} s left) would be wasted"
 USER_NODES = "the nodes its user asked for ({nodes}) have no room for its {n}-GPU gang this round"
 
 
@@ -68,6 +76,8 @@ def _pack(
     current: dict[Any, _Nodes],
     moves: bool,
     required: dict[Any, _Nodes],
+    stay: dict[Any, float],
+    blocked: dict[Any, Any],
 ) -> dict[Any, _Nodes]:
     free = {n: int(g) for n, (_t, g) in view.nodes.items()}
     sizes = dict(free)
@@ -84,7 +94,7 @@ def _pack(
     for jid in sorted(rest, key=lambda j: -gangs[j]):  # then best fit, largest first
         got = _fit(free, sizes, types, kinds[jid], gangs[jid])
         if got is None and moves and gangs[jid] <= max(sizes.values()):
-            got = _evict(free, sizes, types, out, gangs, kinds, jid, set(required))
+            got = _evict(free, sizes, types, out, gangs, kinds, jid, set(required), set(stay), blocked)
         if got is not None:
             out[jid] = got
             _take(free, got, gangs[jid])
@@ -100,19 +110,22 @@ def _evict(
     kinds: dict[Any, str],
     jid: Any,
     fixed: set[Any],
+    kept: set[Any],
+    blocked: dict[Any, Any],
 ) -> _Nodes | None:
     """Room for `jid`'s gang on one node by moving the fewest GPUs of smaller one-node jobs placed there (not the
-    `fixed` ones) to other nodes (each by best fit, no further moves); the node (with `free` and `out` updated for
-    the moved jobs), or None (nothing changed)."""
+    `fixed` ones, nor the `kept` ones: a move would not pay) to other nodes (each by best fit, no further moves); the
+    node (with `free` and `out` updated for the moved jobs), or None (nothing changed; `blocked[jid]` then names a
+    kept job that would have made room)."""
     tries: list[tuple[int, int, str, list[Any]]] = []
     gang, kind = gangs[jid], kinds[jid]
     for n in free:
         if types[n] != kind or sizes[n] < gang:
             continue
-        there = sorted(
-            (j for j, on in out.items() if on == (n,) and gangs[j] < gang and j not in fixed),
-            key=lambda j: (gangs[j], str(j)),
-        )
+        movable = [j for j, on in out.items() if on == (n,) and gangs[j] < gang and j not in fixed]
+        there = sorted((j for j in movable if j not in kept), key=lambda j: (gangs[j], str(j)))
+        if free[n] + sum(gangs[j] for j in movable) >= gang > free[n] + sum(gangs[j] for j in there):
+            blocked.setdefault(jid, min((j for j in movable if j in kept), key=str))
         pick: list[Any] = []
         room = free[n]
         for j in there:
@@ -143,7 +156,24 @@ def _evict(
     return None
 
 
-def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True) -> RoundDecision:
+def unmovable(view: ClusterView, decision: RoundDecision) -> dict[Any, float]:
+    """{running job: its seconds of work left} of each running job a move would waste (preemption.wasted: within
+    its last round of work)."""
+    out = {}
+    for j in view.jobs:
+        if j.ran_last_round and j.nodes:
+            left = preemption.remaining_s(j, decision.plans.get(j.job_id))
+            if left is not None and preemption.wasted(left, view.round_length):
+                out[j.job_id] = left
+    return out
+
+
+def assign_nodes(
+    view: ClusterView,
+    decision: RoundDecision,
+    moves: bool = True,
+    gated: bool = True,
+) -> RoundDecision:
     """See the module docstring."""
     if not view.nodes:
         return decision
@@ -154,7 +184,9 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
     current = {jid: tuple(jobs[jid].nodes) for jid in order if jobs[jid].nodes and jobs[jid].ran_last_round}
     asked = {jid: tuple(n) for jid, n in decision.nodes.items() if jid in gangs and n}  # the policy's own nodes
     required = {jid: tuple(jobs[jid].allowed_nodes) for jid in order if jobs[jid].allowed_nodes}
-    best = _pack(view, order, gangs, kinds, {**current, **asked}, moves, required)
+    stay = unmovable(view, decision) if moves and gated else {}
+    blocked: dict[Any, Any] = {}
+    best = _pack(view, order, gangs, kinds, {**current, **asked}, moves, required, stay, blocked)
     if not moves:  # a job that runs stays where it runs, or does not run
         best = {j: n for j, n in best.items() if j not in current or n == current[j]}
     dropped = [j for j in order if j not in best]
@@ -168,6 +200,8 @@ def assign_nodes(view: ClusterView, decision: RoundDecision, moves: bool = True)
             if j in required
             else NO_NODE.format(n=gangs[j])
         )
+        if j in blocked:
+            reason += KEPT.format(job=blocked[j], left=stay[blocked[j]])
         plans[j] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset, reason=reason)
     return replace(
         decision,

@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from solver import preemption
 from solver.nodes import NO_NODE, USER_NODES, assign_nodes, moved
 from solver.policies import make_policy
 from solver.types import GPU, ClusterView, JobPlan, JobView, RoundDecision
@@ -12,10 +13,12 @@ from shockwave_lab.sim.cluster import SimulatedCluster
 from tests.helpers import random_workload, table
 
 
-def jv(jid, gpus, nodes=(), gpu_type=GPU):
+def jv(jid, gpus, nodes=(), gpu_type=GPU, left=1000.0, run_time=3600.0, restarts=0):
+    """A job with `left` seconds of work; when it has `nodes`, running there for `run_time` s."""
     return JobView(job_id=jid, arrival_time=0.0, num_gpus=gpus, batch_size=32, epochs_done=0, total_epochs=1,
-                   samples_per_epoch=100, steps_done=0, total_steps=100, throughput=1.0,
-                   ran_last_round=bool(nodes), nodes=tuple(nodes))
+                   samples_per_epoch=100, steps_done=0, total_steps=left, throughput=1.0,
+                   ran_last_round=bool(nodes), nodes=tuple(nodes), run_time=run_time if nodes else 0.0,
+                   restarts=restarts)
 
 
 def view(jobs, nodes):
@@ -78,6 +81,33 @@ def test_a_gang_that_fits_no_node_moves_the_fewest_gpus_when_moves_are_allowed()
     assert d.nodes[6] == ("c",)                 # moving job 5 (1 GPU) is the cheapest room
     assert moved(v, d) == [5] and d.nodes[5] in (("a",), ("b",))
     check(v, d)
+
+
+def test_a_job_within_its_last_round_of_work_is_not_moved():
+    from solver.nodes import KEPT, unmovable
+    # job 1 (a) has 60 s of work left, within its last 120-s round: moving it is wasted; job 2 (b) is moved instead
+    v = view([jv(1, 1, ("a",), left=60.0), jv(2, 1, ("b",)), jv(3, 4)], {"a": 4, "b": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3]))
+    assert moved(v, d) == [2] and d.nodes[3] == ("b",) and d.nodes[2] == ("a",)
+    assert unmovable(v, decided(v, [1, 2, 3])) == {1: 60.0}
+    # both within their last round: the gang waits that round, and its reason names the job that stays and why
+    v = view([jv(1, 1, ("a",), left=60.0), jv(2, 1, ("b",), left=90.0), jv(3, 4)], {"a": 4, "b": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3]))
+    assert set(d.run) == {1, 2} and moved(v, d) == [] and d.plans[3].next_offset == 1
+    assert d.plans[3].reason == NO_NODE.format(n=4) + KEPT.format(job=1, left=60.0)
+    assert "(60 s left) would be wasted" in d.plans[3].reason
+    # without the gate (the reference's semantics) it is moved; the plan's prediction counts before the view's
+    assert 3 in assign_nodes(v, decided(v, [1, 2, 3]), gated=False).run
+    planned = decided(v, [1, 2, 3])
+    from dataclasses import replace
+    planned = replace(planned, plans={**planned.plans, 1: JobPlan(1, next_offset=0, predicted_remaining_s=600.0)})
+    assert moved(v, assign_nodes(v, planned)) == [1]
+    # a job that has run only minutes (the restart bound would keep it from a preemption) may still be moved
+    v = view([jv(1, 1, ("a",), run_time=100.0, restarts=1), jv(3, 4)], {"a": 4, "b": 4})
+    assert moved(v, assign_nodes(v, decided(v, [1, 3]))) == []      # room on b without a move
+    v = view([jv(1, 1, ("a",), run_time=100.0, restarts=1), jv(2, 1, ("b",), left=30.0), jv(3, 4)], {"a": 4, "b": 4})
+    d = assign_nodes(v, decided(v, [1, 2, 3]))
+    assert moved(v, d) == [1] and d.nodes[3] == ("a",)
 
 
 def test_without_moves_the_gang_waits_with_a_reason_and_the_rest_runs():
@@ -173,9 +203,10 @@ THR = table({("ResNet-18", 32, g): 10.0 * g for g in (1, 2, 4, 8)} | {("LM", 10,
 
 @pytest.mark.parametrize("policy", ["shockwave-edf", "slurm-multifactor", "max_min_fairness", "pollux"])
 def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
-    jobs = random_workload(7, 24, 4, THR)
+    jobs = random_workload(1, 24, 4, THR)        # seed 1: without the rule a job is moved within its last round
     sim = SimulatedCluster(jobs, THR, 16, gpus_per_node=4)
-    loop = RoundLoop(sim, make_policy(policy))
+    gated = policy == "shockwave-edf"                  # the controller's gate: a move must pass it too
+    loop = RoundLoop(sim, make_policy(policy), preemption_cost_s=20.0 if gated else None)
     seen = []
     loop.on_round = lambda rec: seen.append(rec)
     loop.run()
@@ -183,6 +214,10 @@ def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
     assert all(rec.view.nodes == {f"n{i:02d}": (GPU, 4) for i in range(4)} for rec in seen)
     for rec in seen:
         check(rec.view, rec.decision)
+        jobs = {j.job_id: j for j in rec.view.jobs}
+        for jid in moved(rec.view, rec.decision):   # never a move within a job's last round of work (on its count)
+            if gated:                               # (its predicted time left: the gate's own rule)
+                assert not preemption.wasted(preemption.remaining_s(jobs[jid], rec.decision.plans.get(jid)), 120.0)
     if policy == "slurm-multifactor":
         assert loop.moves == 0                  # plain Slurm never moves a running job
 

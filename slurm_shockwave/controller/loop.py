@@ -20,7 +20,8 @@ again: that change would be wasted (solver/elastic.py `wasted_change`).  A grown
 its asked count instead.
 
 On a cluster whose view lists its nodes, the gated decision is then given its nodes (solver/nodes.py): a running job
-moves only for a policy that moves running jobs (`Policy.moves_running_jobs`); moves are counted (`moves`).
+moves only for a policy that moves running jobs (`Policy.moves_running_jobs`) and, under the gate, never within its
+last round of work; moves are counted (`moves`).
 
 Each round makes one `RoundRecord` (journal/record.py).  With `explain=True` (the controller) the decision's
 plan records are completed with one human reason per job (reasons.py) before the record is made; the
@@ -184,7 +185,8 @@ class RoundLoop:
             sized = check_decision(view, sized)
         if view.nodes:
             moves = getattr(self.policy, "moves_running_jobs", True)
-            placed = assign_nodes(view, sized, moves)
+            gated = self.preemption_cost_s is not None  # a move is a restart: the gate's last-round rule holds
+            placed = assign_nodes(view, sized, moves, gated)
             lost = frozenset(j for j in self.last_resizes if j in sized.run and j not in placed.run)
             if lost:
                 sized, self.last_resizes = elastic.size(
@@ -198,7 +200,7 @@ class RoundLoop:
                     recent,
                 )
                 sized = check_decision(view, sized)
-                placed = assign_nodes(view, sized, moves)
+                placed = assign_nodes(view, sized, moves, gated)
             self.moves += len(moved(view, placed))
             sized = placed
         # a job that lost its round but runs on fewer GPUs was resized, not preempted; then the preemptions count
