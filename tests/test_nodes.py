@@ -264,3 +264,7 @@ def test_a_job_left_out_for_lack_of_a_node_says_so_in_its_reason():
     v = view([jv(1, 1, ("a",)), jv(2, 1, ("b",)), jv(3, 4)], {"a": 4, "b": 4})
     d = annotate(v, assign_nodes(v, decided(v, [1, 2, 3]), moves=False), "authoritative")
     assert d.plans[3].reason.startswith("deferred (no node has room for its 4-GPU gang this round), planned at")
+    v = view([jv(1, 1, ("a",), left=45.0), jv(2, 1, ("b",), left=45.0), jv(3, 4)], {"a": 4, "b": 4})
+    d = annotate(v, assign_nodes(v, decided(v, [1, 2, 3])), "authoritative")
+    assert d.plans[3].reason.startswith("deferred (no node has room for its 4-GPU gang this round; job 1 stays where "
+                                        "it runs, a move within its last round of work (45 s left) would be wasted)")
