@@ -162,7 +162,7 @@ def unmovable(view: ClusterView, decision: RoundDecision) -> dict[Any, float]:
     out = {}
     for j in view.jobs:
         if j.ran_last_round and j.nodes:
-            left = preemption.remaining_s(j, decision.plans.get(j.job_id))
+            left = preemption.work_left_s(j, decision.plans.get(j.job_id))
             if left is not None and preemption.wasted(left, view.round_length):
                 out[j.job_id] = left
     return out

@@ -16,7 +16,8 @@ bound, and one the gate keeps for a waste it saves keeps only those GPUs (`held`
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
 next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
-loop and the controller alike.
+loop and the controller alike.  The work left is `work_left_s`: the least of the plan's prediction and the view's
+steps at its throughput (the controller's count reads the latter).
 
 Pure: numbers in, decision out (no I/O, no backend).
 """
@@ -57,6 +58,15 @@ def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
     if job.throughput > 0 and math.isfinite(job.throughput):
         return job.steps_remaining / job.throughput
     return None
+
+
+def work_left_s(job: JobView, plan: JobPlan | None) -> float | None:
+    """What the last-round rule reads: the least of the plan's prediction and the job's steps left at its throughput
+    (the view's own estimate, the one the controller counts waste by, slurm/preemptions.py).  The plan predicts
+    whole epochs at the batch sizes it expects; a job whose last epoch runs faster than that has less left (the
+    replay of 2026-12-06 08:46 preempted one with 3 s of its 4-s round left: the plan said more)."""
+    both = [x for x in (remaining_s(job, plan), remaining_s(job, None)) if x is not None]
+    return min(both) if both else None
 
 
 def verdict(
@@ -136,7 +146,7 @@ def gate(
         verdicts[j.job_id] = verdict(
             off,
             cost,
-            remaining_s(j, plan),
+            work_left_s(j, plan),
             view.round_length,
             measured,
             j.restarts,

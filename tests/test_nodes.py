@@ -96,12 +96,17 @@ def test_a_job_within_its_last_round_of_work_is_not_moved():
     assert set(d.run) == {1, 2} and moved(v, d) == [] and d.plans[3].next_offset == 1
     assert d.plans[3].reason == NO_NODE.format(n=4) + KEPT.format(job=1, left=60.0)
     assert "(60 s left) would be wasted" in d.plans[3].reason
-    # without the gate (the reference's semantics) it is moved; the plan's prediction counts before the view's
+    # without the gate (the reference's semantics) it is moved
     assert 3 in assign_nodes(v, decided(v, [1, 2, 3]), gated=False).run
-    planned = decided(v, [1, 2, 3])
+    # the work left is the least of the plan's prediction and the view's (preemption.work_left_s)
     from dataclasses import replace
-    planned = replace(planned, plans={**planned.plans, 1: JobPlan(1, next_offset=0, predicted_remaining_s=600.0)})
-    assert moved(v, assign_nodes(v, planned)) == [1]
+    planned = decided(v, [1, 2, 3])
+    planned = replace(planned, plans={**planned.plans, 1: JobPlan(1, next_offset=0, predicted_remaining_s=600.0),
+                                      2: JobPlan(2, next_offset=0, predicted_remaining_s=600.0)})
+    assert 3 not in assign_nodes(v, planned).run                     # 60 and 90 s by the view
+    v = view([jv(1, 1, ("a",)), jv(2, 1, ("b",)), jv(3, 4)], {"a": 4, "b": 4})   # 1,000 s by the view
+    planned = replace(planned, plans={**planned.plans, 1: JobPlan(1, next_offset=0, predicted_remaining_s=50.0)})
+    assert moved(v, assign_nodes(v, planned)) == [2]                  # 50 s by the plan: job 1 stays
     # a job that has run only minutes (the restart bound would keep it from a preemption) may still be moved
     v = view([jv(1, 1, ("a",), run_time=100.0, restarts=1), jv(3, 4)], {"a": 4, "b": 4})
     assert moved(v, assign_nodes(v, decided(v, [1, 3]))) == []      # room on b without a move
@@ -217,7 +222,7 @@ def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
         jobs = {j.job_id: j for j in rec.view.jobs}
         for jid in moved(rec.view, rec.decision):   # never a move within a job's last round of work (on its count)
             if gated:                               # (its predicted time left: the gate's own rule)
-                assert not preemption.wasted(preemption.remaining_s(jobs[jid], rec.decision.plans.get(jid)), 120.0)
+                assert not preemption.wasted(preemption.work_left_s(jobs[jid], rec.decision.plans.get(jid)), 120.0)
     if policy == "slurm-multifactor":
         assert loop.moves == 0                  # plain Slurm never moves a running job
 

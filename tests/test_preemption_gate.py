@@ -69,6 +69,21 @@ def test_a_job_in_its_last_round_keeps_its_gpus_from_the_newest_start():
     assert "released at t+1060s (round +3)" in plans[2].reason and plans[2].expected_start == 1060.0
 
 
+def test_the_work_left_is_the_least_of_the_plans_prediction_and_the_views():
+    """The plan predicts whole epochs at the batch sizes it expects; the view's steps at its throughput may say less
+    (a last epoch faster than predicted), and the controller counts waste by the view's: the gate reads the least."""
+    from solver.preemption import remaining_s, work_left_s
+    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=1,
+                       jobs=(jv(1, True, 15.0), jv(2, False, 900.0)))
+    plans = {1: JobPlan(1, next_offset=3, predicted_remaining_s=600.0), 2: JobPlan(2, rule="market")}
+    assert remaining_s(view.jobs[0], plans[1]) == 600.0 and work_left_s(view.jobs[0], plans[1]) == 15.0
+    g, verdicts = gate(view, decided(view, (2,), plans), {}, 5.0)
+    assert g.run == (1,) and not verdicts[1].pays and verdicts[1].why == "within its last round of work (15 s left)"
+    assert work_left_s(view.jobs[1], JobPlan(2, predicted_remaining_s=10.0)) == 10.0   # the plan's, when it is less
+    from dataclasses import replace
+    assert work_left_s(replace(jv(3, True, 5.0), throughput=0.0), None) is None                # nothing known
+
+
 def test_a_job_planned_back_sooner_than_its_cost_is_kept_running():
     view = ClusterView(now=0.0, round_index=1, round_length=ROUND, num_gpus=1, jobs=(jv(1, True, 900.0),
                                                                                      jv(2, False, 900.0)))

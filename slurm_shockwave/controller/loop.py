@@ -159,7 +159,7 @@ class RoundLoop:
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
         wasted: dict[Any, str] = {}
         for j in lost:
-            why = preemption.wasted(preemption.remaining_s(j, decision.plans.get(j.job_id)), view.round_length)
+            why = preemption.wasted(preemption.work_left_s(j, decision.plans.get(j.job_id)), view.round_length)
             if why:
                 wasted[j.job_id] = why
         kept = [j for j, p in decision.plans.items() if p.rule == "kept" and j in run]
