@@ -10,8 +10,8 @@ moved to other nodes (by best fit) to make room: a move is a restart, as a preem
 `moves` allows it (a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  Under
 the preemption gate (`gated`) a job within its last round of work is never moved: the move would be wasted by the
 gate's own rule (solver/preemption.py `wasted`), and the gang waits at most that round for its GPUs.  (The gate's
-restart bound is not applied to moves: measured on 20 random 24-job workloads on 4 x 4 GPUs, it kept wide gangs
-waiting, makespan up to +20%, mean JCT +1-10%; the last-round rule alone changes them by under 0.1%.)  A
+restart bound is not applied to moves: what each rule costs, measured, `docs/guarantees.md` section 6.)  A job that
+may not be preempted (solver/pinned.py) is never moved.  A
 job whose user asked for its nodes (`JobView.allowed_nodes`, Slurm's --nodelist) is placed after the running jobs,
 on exactly those nodes (no moves to make room), and never moved.  A job that still fits no node is left out of the
 round with a reason; the rest of the round runs.
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from solver import preemption
+from solver import pinned, preemption
 from solver.types import ClusterView, JobPlan, RoundDecision
 
 NO_NODE = "no node has room for its {n}-GPU gang this round"
@@ -94,7 +94,8 @@ def _pack(
     for jid in sorted(rest, key=lambda j: -gangs[j]):  # then best fit, largest first
         got = _fit(free, sizes, types, kinds[jid], gangs[jid])
         if got is None and moves and gangs[jid] <= max(sizes.values()):
-            got = _evict(free, sizes, types, out, gangs, kinds, jid, set(required), set(stay), blocked)
+            fixed = set(required) | pinned.pinned(view)  # a pinned job is never moved either
+            got = _evict(free, sizes, types, out, gangs, kinds, jid, fixed, set(stay), blocked)
         if got is not None:
             out[jid] = got
             _take(free, got, gangs[jid])

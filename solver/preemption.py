@@ -82,7 +82,7 @@ def verdict(
     """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window);
     `restarts`, `run_s`: its restarts and seconds of run so far (ROUNDS_PER_RESTART)."""
     source = "measured" if measured else "default"
-    if left_s is not None and left_s <= round_length:
+    if wasted(left_s, round_length) is not None:
         return Verdict(False, f"within its last round of work ({left_s:.0f} s left)", cost_s, off_s, left_s)
     if off_s is not None and off_s <= cost_s:
         return Verdict(

@@ -64,6 +64,9 @@ class JobView:
     # the nodes its user asked for (Slurm's --nodelist): it runs on exactly these or not at all (solver/nodes.py);
     # empty: any node
     allowed_nodes: tuple[str, ...] = ()
+    # False: once running it keeps its GPUs until it ends (a job-spec's `preemptible: false`; on Slurm a job submitted
+    # with --no-requeue): solver/pinned.py
+    preemptible: bool = True
 
     @property
     def steps_remaining(self) -> float:
@@ -128,6 +131,7 @@ RULES = {
     "guard": "starvation guard: waited the bound",
     "fallback": "fallback: least attained service first",
     "kept": "kept running: preempting it would not pay",
+    "pinned": "running until it ends: it may not be preempted (solver/pinned.py)",
     "elastic": "idle GPUs lent to an elastic job beyond its asked count (solver/elastic.py)",
     "policy": "the policy's own rule",
 }

@@ -34,6 +34,10 @@ PRODUCT_MAX_LINES += 1_000
 #: issue 34 again: a resized or moved job's new nodes reserved from its signal to its restart (slurm/reservations.py,
 #: the create and delete in commands.py, the controller's uninstall): one module, about 130 lines (15,616 after)
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 200, PRODUCT_MAX_MODULES + 1
+#: issue 35 item 1's "whether it may be preempted": a running job that may not be (Slurm's --no-requeue, a job spec's
+#: `preemptible: false`) is pinned in every round (solver/pinned.py, the loop's, the view's and the enactor's part):
+#: one module, about 120 lines (15,789 after)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 150, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

@@ -33,10 +33,12 @@ def cluster():
     yield from cluster_up("shockwave-ctl-", nodes=1, gpus_per_node=2)
 
 
-def submit(c, root: Path, name, seconds=600, gpus=1, comment="shockwave epochs=10 bs=32 epoch_s=30", hold=False):
+def submit(c, root: Path, name, seconds=600, gpus=1, comment="shockwave epochs=10 bs=32 epoch_s=30", hold=False,
+           requeue=True):
     script = root / f"{name}.sh"
     script.write_text(LOOP_SCRIPT.format(seconds=seconds))
-    args = [f"--job-name={name}", f"--gres=gpu:{gpus}", "--requeue", f"--output={root}/{name}-%j.out",
+    args = [f"--job-name={name}", f"--gres=gpu:{gpus}", "--requeue" if requeue else "--no-requeue",
+            f"--output={root}/{name}-%j.out",
             f"--chdir={root}", "-p", c.partition]
     if comment:
         args.append(f"--comment={comment}")
@@ -120,6 +122,36 @@ def test_authoritative_plan_is_enacted_and_unmanaged_jobs_are_untouched(cluster,
     finally:
         ctl.close()
         cancel(cluster, list(ids))
+
+
+def test_a_job_submitted_with_no_requeue_runs_on_whatever_the_policy_decides(cluster):
+    """--no-requeue: no checkpoint and requeue can stop it and bring it back, so the round keeps it running (rule
+    "pinned", solver/pinned.py) while the policy drops it: never signalled, never requeued; the job that may be
+    preempted beside it is, and the waiting job gets that GPU only."""
+    root = make_root("shockwave-ctl-p-")
+    a, b = submit(cluster, root, "a", requeue=False), submit(cluster, root, "b")
+    wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
+    c_ = submit(cluster, root, "c")
+    ctl = Controller(config(cluster, root, "authoritative"))
+    pol = Scripted()
+    ctl.loop.policy = pol
+    try:
+        pol.plan = {c_}                                         # the policy wants both running jobs off
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {c_})[c_].state == "RUNNING",
+                 timeout=40, interval=0.1, what="c running after b's requeue")
+        for _ in range(3):
+            ctl.run(max_rounds=1)
+        js = jobs_by_id(cluster, {a, b, c_})
+        assert js[a].state == "RUNNING" and js[a].restart_count == 0 and not js[a].held
+        assert js[b].state == "PENDING" and js[b].held and js[b].restart_count == 1
+        assert "checkpoint-signal" not in (root / f"a-{a}.out").read_text()
+        acted = {(r["verb"], r["job_id"]) for r in ctl.state.actions()}
+        assert ("signal", str(a)) not in acted and ("requeue_hold", str(a)) not in acted
+        assert ("requeue_hold", str(b)) in acted
+        assert ctl.loop.decided_by()["all"].get("pinned", 0) > 0
+    finally:
+        ctl.close()
+        cancel(cluster, [a, b, c_])
 
 
 def test_advisory_holds_deferred_and_never_preempts(cluster):

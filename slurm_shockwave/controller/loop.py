@@ -7,6 +7,8 @@ whose decision fails the check, does not stop the loop: the round uses THE fallb
 least attained service per weight first, whole gangs, never over capacity; the same rule the Shockwave policy
 uses when it has neither a solution nor a cached plan) and the error is logged.
 
+Whatever the policy decides, a running job that may not be preempted (`JobView.preemptible` False) runs on as it ran
+(solver/pinned.py, rule "pinned"): it is never preempted, resized or moved, on every backend and for every policy.
 With `preemption_cost_s` set (the controller; a simulation that charges the same restart cost), the decision
 goes through the preemption gate (solver/preemption.py) before it is annotated: a running job whose preemption
 would not pay keeps its GPUs (rule "kept").  Preemptions are counted either way (`preemptions`: preempted,
@@ -38,7 +40,7 @@ from typing import Any
 from slurm_shockwave.backends.base import ClusterBackend, check_decision
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.record import RoundRecord
-from solver import elastic, preemption
+from solver import elastic, pinned, preemption
 from solver.market.plan import max_min_round
 from solver.nodes import assign_nodes, moved
 from solver.policies.base import Policy
@@ -149,6 +151,7 @@ class RoundLoop:
     def _gate(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
         """The preemption gate (when on), and this round's preemptions (`_place` counts them)."""
         stopping = self.backend.stopping()
+        decision = check_decision(view, pinned.pin(view, decision))
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
             gated, _verdicts = preemption.gate(
@@ -170,7 +173,7 @@ class RoundLoop:
         """Elastic jobs' counts (when the policy sizes them and a restart cost is known), then nodes (when the view
         lists them): a grown gang that fits no node runs on its asked count instead."""
         sized, self.last_resizes, costs = decision, {}, {}
-        stopping: frozenset[Any] = frozenset()
+        fixed = pinned.pinned(view)  # a pinned job keeps its count; a stopping one its base
         # running jobs no round started (Slurm starts a job on its own count when GPUs are free, before the round)
         last = self._last_run
         begun = frozenset(j.job_id for j in view.jobs if j.ran_last_round and last is not None and j.job_id not in last)
@@ -178,9 +181,9 @@ class RoundLoop:
         sizing = self.preemption_cost_s is not None and getattr(self.policy, "sizes_elastic_jobs", False)
         if sizing:
             costs = self.backend.preemption_costs()
-            stopping = frozenset(self.backend.stopping())
+            fixed |= frozenset(self.backend.stopping())
             sized, self.last_resizes = elastic.size(
-                view, decision, self.preemption_cost_s or 0.0, costs, stopping, self.rounds_per_restart, begun, recent
+                view, decision, self.preemption_cost_s or 0.0, costs, fixed, self.rounds_per_restart, begun, recent
             )
             sized = check_decision(view, sized)
         if view.nodes:
@@ -194,7 +197,7 @@ class RoundLoop:
                     decision,
                     self.preemption_cost_s or 0.0,
                     costs,
-                    lost | stopping,
+                    lost | fixed,
                     self.rounds_per_restart,
                     begun,
                     recent,

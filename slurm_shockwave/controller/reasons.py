@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from solver import pinned
 from solver.types import ClusterView, JobPlan, RoundDecision
 
 
@@ -78,6 +79,8 @@ def annotate(view: ClusterView, decision: RoundDecision, mode: str | None = None
             plan.reason,
             plan.rule == "kept",
         )
+        if planned_now and plan.rule == "pinned":  # solver/pinned.py
+            text = f"running; {pinned.WHY}"
         if planned_now and plan.resize:  # an elastic job on another count than it asked (solver/elastic.py)
             text = f"{text}; {plan.resize}"
         rule = plan.rule or ("policy" if planned_now else "")  # a baseline: its own rule placed the job

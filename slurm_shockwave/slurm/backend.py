@@ -234,6 +234,7 @@ class SlurmBackend(ServiceBackend):
                 progress.start_restart >= j.restart_count or progress.last_event_ts is None,
                 self.types.pinned(j),
                 jobview.job_signal(j, marker, self.cfg.preempt_signal)[0],  # its own checkpoint signal
+                requeue=j.requeue,
             )
         self._pending_since = {
             k: self._pending_since.get(k, now)

@@ -96,6 +96,7 @@ class Observed:
     signal: str | None = None  # its own checkpoint signal (``B:USR1``: batch shell, ``USR2``: its steps); None: ours
     wanted_nodes: int | None = None  # an elastic job's nodes at `wanted_gpus` (all of them, ``NumNodes=k-k``)
     grow: bool = False  # an elastic job its round grows (resize.py): bounded by the round's restart bound, not min_run
+    requeue: bool = True  # False: --no-requeue, never stopped by a round (solver/pinned.py keeps it planned)
 
 
 def held_orphans(
@@ -192,7 +193,7 @@ def reconcile(
                     add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
                 elif not planned and not j.held:
                     add(Verb.MARK, j.job_id, unmarked(j.admin_comment))
-            if mode != "authoritative" or not lost:
+            if mode != "authoritative" or not lost or not j.requeue:
                 continue
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
             # requeue); a move is pinned to its new nodes when a later round releases it.  A signal that a later

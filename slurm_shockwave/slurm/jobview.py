@@ -130,6 +130,7 @@ def build(
         min_batch_size=p.min_batch_size or marker.get("min_bs"),
         max_batch_size=p.max_batch_size or marker.get("max_bs"),
         ran_last_round=job.state == "RUNNING",
+        preemptible=bool(job.requeue),  # --no-requeue: no requeue can stop and bring it back (solver/pinned.py)
         gpu_type=gpu_type,
         restarts=int(job.restart_count or 0),
         run_time=sum(
@@ -143,8 +144,8 @@ def build(
     warnings = []
     if not job.requeue:
         warnings.append(
-            "submitted with --no-requeue: cannot be preempted safely (it is only held or released, "
-            "never checkpointed and requeued)"
+            "submitted with --no-requeue: once it runs it is never preempted, resized or moved (before, it is "
+            "only held or released)"
         )
     refused = job_signal(job, marker, preempt_signal)[1]
     if refused:

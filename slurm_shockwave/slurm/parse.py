@@ -232,7 +232,7 @@ def job_from_record(rec: JobRecord) -> SlurmJob:
         end_time=_time(rec.end_time),
         restart_count=rec.restart_cnt or 0,
         comment=rec.comment,
-        requeue=bool(rec.requeue),
+        requeue=rec.requeue is not False,  # not shown: Slurm's default (JobRequeue=1)
         held=held,
         site_factor=None,
         command=rec.command,

@@ -8,7 +8,8 @@ arrival), records progress, charges the 20 s restart penalty to a job that did n
 round (when it ran a full round), applies pending batch-size changes, then completes jobs (no steps left or
 every epoch done, checked after the batch-size change; or run time over 1.5 x exclusive run time, as the
 reference's deadline guard), sets the adaptation flags for
-the next round and admits the jobs that arrived by then.
+the next round and admits the jobs that arrived by then.  A job whose spec says `preemptible: false` keeps its GPUs once
+it runs (the round loop pins it: solver/pinned.py).
 
 Elastic GPU counts: a job that declares a range (`JobSpec.gpus_range`, `shockwave simulate --elastic N`) lists its
 throughput at each profiled GPU count within it at its current batch size (`JobView.throughput_by_gpus`, from the
@@ -353,7 +354,7 @@ class SimulatedCluster(ClusterBackend):
             ran_last_round=s.job_id in self._prev_gpus, run_time=job.run_time, restarts=job.restarts,
             running_type=self._prev_gpus[s.job_id][0] if s.job_id in self._prev_gpus else None,
             running_gpus=self._prev_gpus[s.job_id][1] if s.job_id in self._prev_gpus else None,
-            gpus_range=s.gpus_range,
+            gpus_range=s.gpus_range, preemptible=s.preemptible is not False,
             nodes=self._prev_nodes.get(s.job_id, ()),
             throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
 
