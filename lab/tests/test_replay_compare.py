@@ -141,3 +141,20 @@ def test_the_replays_jobs_run_whole_epochs_as_the_emulated_program_does(tmp_path
     sim = compare.simulate(specs, table, 8, 2, "shockwave-edf", 4.0, 30.0)
     assert sim["avg_jct_s"] == pytest.approx(job.work_s, abs=5.0)
     assert job.work_s == pytest.approx(spec.isolated_runtime) and job.work_s > 38923 / table.get("ResNet-50", 16, 1) + 400
+
+
+def test_every_nth_job_may_not_be_preempted_on_both_sides(inputs, tmp_path):
+    """`--no-requeue-every N`: every N-th job by arrival is submitted with --no-requeue and simulated as
+    `preemptible: false`; the simulated column counts their restarts (none: solver/pinned.py)."""
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    jobs, specs, table = load(trace, thr, 8, 3, no_requeue_every=3)
+    assert [j.requeue for j in jobs] == [i % 3 != 0 for i in range(len(jobs))]
+    pinned = {j.index for j in jobs if not j.requeue}
+    assert {s.job_id for s in specs if s.preemptible is False} == pinned and len(pinned) == 4
+    sim = compare.simulate(specs, table, 8, 2, "shockwave-edf", 4.0, 30.0)
+    assert sim["no_requeue_restarts"] == 0
+    result = {"real": {"no_requeue_restarts": 0}, "simulated": sim, "no_requeue": ["t000"]}
+    assert ["restarts of --no-requeue jobs", "0", "0", ""] in compare.rows(result)
+    assert "no_requeue_restarts" not in compare.simulate(inputs[0], inputs[1], 8, 2, "shockwave-edf", 4.0, 30.0)

@@ -30,14 +30,17 @@ from slurm_shockwave.cli.common import console, emit_json, esc
 @click.option("--elastic", type=click.IntRange(1, 64), default=None,
               help="Every job elastic from 1 GPU up to N (its own count when larger), as `simulate --elastic N`: "
                    "its comment declares gpus=1-N, its --gres stays its own count. N at most a node's GPUs.")
+@click.option("--no-requeue-every", type=click.IntRange(1, 100000), default=None,
+              help="Every N-th job in arrival order submitted with --no-requeue (the controller never preempts it "
+                   "once it runs) and simulated as `preemptible: false`.")
 @click.option("--slurm", "slurm_version", type=click.Choice(["22.05", "24.11", "26.05"]), default=None,
               help="Slurm version (default: the host's).")
 @click.option("--timeout", type=float, default=None, help="Fail after this many wall seconds (default: 3x the "
                                                           "expected run, at least 10 minutes).")
 @click.option("--keep", is_flag=True, help="Keep the replay's directory (logs, events, controller state).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (objects real, simulated, deviation).")
-def replay(trace, throughputs, gpus, nodes, time_scale, policy, users, first, elastic, slurm_version, timeout, keep,
-           as_json):
+def replay(trace, throughputs, gpus, nodes, time_scale, policy, users, first, elastic, no_requeue_every, slurm_version,
+           timeout, keep, as_json):
     """Replay a trace on a real local Slurm cluster with emulated jobs and compare it with its simulation.
 
     Every job of the trace is submitted at its arrival / S as one of the users; each runs under
@@ -61,7 +64,7 @@ def replay(trace, throughputs, gpus, nodes, time_scale, policy, users, first, el
         with signals.orderly_teardown():
             result = run_replay(trace, throughputs, gpus=gpus, nodes=nodes, time_scale=time_scale, policy=policy,
                                 users=users, first=first, out=out, keep=keep, slurm=slurm_version, timeout_s=timeout,
-                                elastic=elastic,
+                                elastic=elastic, no_requeue_every=no_requeue_every,
                                 argv=sys.argv[2:] if len(sys.argv) > 2 and sys.argv[1] == "replay" else None)
     except SlurmUnavailable as e:
         click.echo(f"Error: Slurm cannot be started here: {e}", err=True)

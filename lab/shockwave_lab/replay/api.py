@@ -14,16 +14,22 @@ from shockwave_lab.replay.collect import measure
 from shockwave_lab.replay.run import Replay
 
 
-def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None, elastic: int | None = None):
+def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None, elastic: int | None = None,
+         no_requeue_every: int | None = None):
     """(ReplayJobs, JobSpecs with the replay's users, throughput table) of a trace; `elastic`: every job elastic from
-    1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them.  Each job runs whole
-    epochs (`whole_epochs`)."""
+    1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them; `no_requeue_every`: every
+    N-th job in arrival order (the first included) may not be preempted (`preemptible: false`, submitted with
+    --no-requeue).  Each job runs whole epochs (`whole_epochs`)."""
     table = ThroughputTable.load(throughputs)
     specs = whole_epochs(load_workload(trace, table, gpus))
     if first:
         specs = sorted(specs, key=lambda s: (s.arrival_time, s.job_id))[:first]
     if elastic is not None:
         specs = elastic_jobs(specs, elastic)
+    if no_requeue_every:
+        order = sorted(specs, key=lambda s: (s.arrival_time, s.job_id))
+        pinned = {s.job_id for s in order[::no_requeue_every]}
+        specs = [dataclasses.replace(s, preemptible=False) if s.job_id in pinned else s for s in specs]
     jobs = plan.plan_jobs(specs, table, plan.users(users))
     return jobs, plan.with_users(specs, jobs), table
 
@@ -45,9 +51,10 @@ def start_cost(real: dict) -> float:
 
 def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float = 30.0, policy: str = "shockwave",
            users: int = 4, first: int | None = None, out=print, keep: bool = False, slurm: str | None = None,
-           timeout_s: float | None = None, progress_every: float = 15.0, argv=None, elastic: int | None = None) -> dict:
+           timeout_s: float | None = None, progress_every: float = 15.0, argv=None, elastic: int | None = None,
+           no_requeue_every: int | None = None) -> dict:
     """The result: {"real": {...}, "simulated": {...}, "deviation": {...}, ...} (all times in trace seconds)."""
-    jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic)
+    jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic, no_requeue_every)
     if policy != "slurm":
         from solver.policies import policy_class
         policy_class(policy)                         # an unknown name fails here, before a cluster starts
@@ -66,6 +73,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     sim = compare.simulate(specs, table, gpus, nodes, policy, start_cost(real), time_scale)
     return {"policy": policy, "time_scale": time_scale, "round_seconds": 120 / time_scale, "gpus": gpus,
             "nodes": nodes, "jobs": len(jobs), "users": users, "trace": str(trace), "elastic": elastic,
+            "no_requeue": [j.name for j in jobs if not j.requeue],
             "slurm_version": raw["slurm_version"], "wall_s": round(raw["wall_s"], 1),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),

@@ -206,6 +206,8 @@ def measure(raw: dict, jobs, scale: float, gpus: int, policy: str) -> dict:
         out.update(resizes=resizes.get("started", 0), resizes_done=resizes.get("done", 0),
                    wasted_resizes=resizes.get("wasted", 0), gpu_updates=raw["journal"].get("gpu_updates", 0),
                    count_changes=sum(r.get("count_changes", 0) for r in raw["jobs"]))
+    if any(not j.requeue for j in jobs):             # submitted with --no-requeue: the controller never restarts them
+        out["no_requeue_restarts"] = sum(r["restarts"] for r in raw["jobs"] if not by[r["name"]].requeue)
     out["rounds"] = raw["journal"].get("rounds") or None
     out["per_job"] = {r["name"]: round((r["finish"] - r["submit"]) * scale, 1) for r in raw["jobs"]}
     out["jobs_detail"] = [{"name": r["name"], "job_id": r["job_id"], "user": r["user"], "gpus": r["gpus"],

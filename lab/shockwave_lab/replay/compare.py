@@ -40,6 +40,8 @@ KEYS = (("makespan_s", "makespan (s)", 0), ("avg_jct_s", "average JCT (s)", 0), 
 #: the rows of a replay with elastic jobs: the count changes (real: the controller's ResizeLog)
 ELASTIC_KEYS = (("resizes", "GPU count changes started", 0), ("resizes_done", "GPU count changes done", 0),
                 ("wasted_resizes", "wasted count changes", 0))
+#: the row of a replay with jobs submitted with --no-requeue (`preemptible: false` in the simulation)
+PINNED_KEYS = (("no_requeue_restarts", "restarts of --no-requeue jobs", 0),)
 SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
@@ -74,6 +76,8 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
                per_job={f"t{int(rec.job_id):03d}": round(rec.jct, 1) for rec in r.records})
     if any(s.gpus_range for s in specs):
         out.update(sim_resizes(r.round_log, round_s))
+    if any(s.preemptible is False for s in specs):
+        out["no_requeue_restarts"] = sum(rec.restarts for rec in r.records if spec[rec.job_id].preemptible is False)
     return out
 
 
@@ -157,7 +161,8 @@ def rows(result: dict) -> list[list[str]]:
     """[label, real, simulated, deviation] rows of one replay's result."""
     real, sim, dev = result["real"], result["simulated"], result.get("deviation", {})
     out = []
-    for key, label, nd in KEYS + (ELASTIC_KEYS if result.get("elastic") else ()):
+    extra = (ELASTIC_KEYS if result.get("elastic") else ()) + (PINNED_KEYS if result.get("no_requeue") else ())
+    for key, label, nd in KEYS + extra:
         d = dev.get(key)
         dtext = "" if d is None else (f"{100 * d:+.1f}%" if key.endswith("_s") else f"{d:+.{max(nd, 1)}f}")
         out.append([label, fmt_figure(real.get(key), nd), fmt_figure(sim.get(key), nd), dtext])

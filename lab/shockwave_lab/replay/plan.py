@@ -14,6 +14,10 @@ profiled counts within its range, from the same table) and declares its range in
 profiled the job would: the controller's knowledge of a count it has not run on).  `check_counts` refuses a job
 the controller could give a count the table has no throughput for, or deny one the simulator offers (the
 controller's counts divide the batch and fit a node: slurm/resize.py `counts`).
+
+A job whose spec says `preemptible: false` (`shockwave replay --no-requeue-every N`) is submitted with `--no-requeue`:
+the controller never preempts, resizes or moves it once it runs, and the simulator pins it the same way
+(solver/pinned.py).
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class ReplayJob:
     #                               view shows it: not where its schedule happens to stop); 0 = its schedule's
     gpus_range: tuple[int, int] | None = None     # elastic: the counts it declares (None: rigid)
     epoch_s_by_gpus: dict = field(default_factory=dict)  # elastic: batch size -> {GPUs: epoch trace seconds}
+    requeue: bool = True          # False: submitted with --no-requeue (its spec's `preemptible: false`)
 
     @property
     def declared_max_bs(self) -> int:
@@ -117,7 +122,8 @@ def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[
                              model=s.model, mode=s.mode, gpus=s.num_gpus, arrival_s=float(s.arrival_time),
                              samples=s.samples, schedule=sched, epoch_s=durations,
                              isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs,
-                             gpus_range=tuple(s.gpus_range) if s.gpus_range else None, epoch_s_by_gpus=by_gpus))
+                             gpus_range=tuple(s.gpus_range) if s.gpus_range else None, epoch_s_by_gpus=by_gpus,
+                             requeue=s.preemptible is not False))
     return out
 
 
