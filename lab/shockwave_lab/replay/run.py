@@ -196,7 +196,8 @@ class Replay:
                 f"--gres=gpu:{j.gpus}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={cpus}",
                 # no --signal=B:USR1@T: Slurm sends it up to 60 s before the time limit, which at a scaled time limit
                 # of a few minutes would checkpoint and requeue jobs with work left; the controller signals itself
-                f"--time={j.time_limit_min(self.scale, TIME_LIMIT_FACTOR)}", "--requeue" if j.requeue else "--no-requeue",
+                f"--time={j.time_limit_min(self.scale, TIME_LIMIT_FACTOR)}",
+                "--requeue" if j.requeue else "--no-requeue",    # --no-requeue: never preempted (solver/pinned.py)
                 "--open-mode=append", f"--chdir={work}",
                 f"--output={work}/{j.name}-%j.out", "-p", self.cluster.partition, str(JOB_SCRIPT),
                 "--spec", str(work / f"{j.name}.json"), "--timeline", str(work / f"{j.name}.timeline.jsonl")]
