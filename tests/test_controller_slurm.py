@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from solver.types import Policy, RoundDecision
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.journal.store import StateStore
-from tests.slurm_fixtures import cluster_up, make_root, wait_for
+from shockwave_lab.localcluster.chroot import host_version
+from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -124,11 +126,34 @@ def test_authoritative_plan_is_enacted_and_unmanaged_jobs_are_untouched(cluster,
         cancel(cluster, list(ids))
 
 
+@pytest.fixture(scope="module", params=[v for v in version_test_versions() if v != (host_version() or "22.05")],
+                ids=lambda v: f"slurm{v}")
+def other_version(request):
+    """A 1-node, 2-GPU cluster of another Slurm version (a Debian root) writing under a lab directory bound rw."""
+    lab = make_root("shockwave-ctl-v-lab-")
+    gen = cluster_up("shockwave-ctl-v-", version=request.param, nodes=1, gpus_per_node=2, rw_binds=[lab])
+    try:
+        yield next(gen), lab
+    finally:
+        gen.close()                                   # stopped by pid, its mounts unmounted
+
+
 def test_a_job_submitted_with_no_requeue_runs_on_whatever_the_policy_decides(cluster):
     """--no-requeue: no checkpoint and requeue can stop it and bring it back, so the round keeps it running (rule
     "pinned", solver/pinned.py) while the policy drops it: never signalled, never requeued; the job that may be
     preempted beside it is, and the waiting job gets that GPU only."""
-    root = make_root("shockwave-ctl-p-")
+    no_requeue_job_runs_on(cluster, make_root("shockwave-ctl-p-"))
+
+
+def test_no_requeue_on_every_other_slurm_version(other_version):
+    """The same on 24.11 and 26.05 (squeue's `requeue` read by each version's shape)."""
+    cluster, lab = other_version
+    root = Path(tempfile.mkdtemp(prefix="p-", dir=lab))
+    os.chmod(root, 0o755)                           # a Debian root's cluster sees only the directory bound into it
+    no_requeue_job_runs_on(cluster, root)
+
+
+def no_requeue_job_runs_on(cluster, root: Path) -> None:
     a, b = submit(cluster, root, "a", requeue=False), submit(cluster, root, "b")
     wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
     c_ = submit(cluster, root, "c")
