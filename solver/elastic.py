@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from solver.placement import free_gpus
 from solver.preemption import ROUNDS_PER_RESTART, remaining_s
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
@@ -158,10 +159,7 @@ def size(
     jobs = rd.jobs
     run = list(decision.run)
     placement = {jid: dict(p) for jid, p in decision.placement.items()}
-    free = {t: int(n) for t, n in view.capacity.items()}
-    for p in placement.values():
-        for t, n in p.items():
-            free[t] = free.get(t, 0) - n
+    free = free_gpus(view, placement)
     size_of: dict[Any, int] = {}
     for jid in run:
         j, p = jobs.get(jid), placement.get(jid, {})

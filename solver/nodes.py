@@ -91,10 +91,10 @@ def _pack(
                     out[jid] = got
                     _take(free, got, gangs[jid])
     rest = [j for j in order if j not in out and j not in required]
+    fixed = set(required) | pinned.pinned(view)  # a pinned job is never moved either
     for jid in sorted(rest, key=lambda j: -gangs[j]):  # then best fit, largest first
         got = _fit(free, sizes, types, kinds[jid], gangs[jid])
         if got is None and moves and gangs[jid] <= max(sizes.values()):
-            fixed = set(required) | pinned.pinned(view)  # a pinned job is never moved either
             got = _evict(free, sizes, types, out, gangs, kinds, jid, fixed, set(stay), blocked)
         if got is not None:
             out[jid] = got

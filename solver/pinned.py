@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from solver.placement import Packer
+from solver.placement import Packer, free_gpus
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
 WHY = "it may not be preempted: it runs until it ends"
@@ -65,7 +65,7 @@ def pin(view: ClusterView, decision: RoundDecision) -> RoundDecision:
             placement.pop(x)
             old = plans.get(x) or JobPlan(x)
             plans[x] = replace(old, rule="", next_offset=old.next_offset or 1, gpus=None, resize="")
-        t = _type(j, _free(view, placement))
+        t = _type(j, free_gpus(view, placement))
         run.insert(0, j.job_id)
         placement[j.job_id] = {t: n}
         old = plans.get(j.job_id) or JobPlan(j.job_id)
@@ -73,14 +73,6 @@ def pin(view: ClusterView, decision: RoundDecision) -> RoundDecision:
             old, rule="pinned", next_offset=0, reason=WHY, gpus=n if n != j.num_gpus else None, resize=""
         )
     return replace(decision, run=tuple(run), placement=placement, plans=plans)
-
-
-def _free(view: ClusterView, placement: dict[Any, dict[str, int]]) -> dict[str, int]:
-    free = {t: int(n) for t, n in view.capacity.items()}
-    for by_type in placement.values():
-        for t, n in by_type.items():
-            free[t] = free.get(t, 0) - n
-    return free
 
 
 def _type(job: JobView, free: dict[str, int]) -> str | None:
@@ -99,7 +91,7 @@ def _make_room(
     movable = [x for x in order if not jobs[x].ran_last_round] + [
         x for x in order if jobs[x].ran_last_round and jobs[x].preemptible
     ]
-    free = _free(view, placement)
+    free = free_gpus(view, placement)
     out: list[Any] = []
     while _type(job, free) is None:
         if not movable:

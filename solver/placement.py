@@ -9,7 +9,8 @@ takes the type with the most free GPUs that fits it.
 
 * `Packer`: one round's free GPUs, for policies that fill a round greedily (`take` a gang or skip it);
 * `place(view, run)`: the placement of a decided round (job -> {type: count}), or `PlacementError`;
-* `check_placement(view, decision)`: a decision's placement is complete, type-correct and within capacity.
+* `check_placement(view, decision)`: a decision's placement is complete, type-correct and within capacity;
+* `free_gpus(view, placement)`: the GPUs per type a partial placement leaves free.
 
 A job runs on its whole requested gang (`num_gpus`), except an elastic job (one whose view lists throughputs per
 GPU count, `JobView.throughput_by_gpus`), which a policy may place on any of those counts (Pollux does).
@@ -68,6 +69,15 @@ class Packer:
     def take_job(self, job: JobView) -> str | None:
         """`take` a JobView's whole gang on its requested type, else on the fastest type it can run on."""
         return self.take(job.num_gpus, job.gpu_type, job.throughput_by_type)
+
+
+def free_gpus(view: ClusterView, placement: Mapping[Any, Mapping[str, int]]) -> dict[str, int]:
+    """The GPUs per type the cluster has left once `placement` (job -> {type: count}) runs."""
+    free = {t: int(n) for t, n in view.capacity.items()}
+    for by_type in placement.values():
+        for t, n in by_type.items():
+            free[t] = free.get(t, 0) - n
+    return free
 
 
 def place(view: ClusterView, run: Iterable[Any]) -> dict[Any, dict[str, int]]:

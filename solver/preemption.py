@@ -29,7 +29,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
-from solver.placement import Packer
+from solver.placement import Packer, free_gpus
 from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 
 #: a preemption may bring a job to at most one restart per this many rounds of the time it has run (at 120 s
@@ -173,7 +173,7 @@ def gate(
             placement.pop(e)
             old = plans.get(e) or JobPlan(e)
             plans[e] = replace(old, rule="", next_offset=1 if not old.next_offset else old.next_offset)
-        t = _home(j) or Packer(_free(view, placement)).take(held(j), j.gpu_type, j.throughput_by_type)
+        t = _home(j) or Packer(free_gpus(view, placement)).take(held(j), j.gpu_type, j.throughput_by_type)
         run.append(j.job_id)
         placement[j.job_id] = {t: held(j)}
         plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
@@ -181,14 +181,6 @@ def gate(
         if v.pays:
             plans[jid] = replace(plans.get(jid) or JobPlan(jid), reason=v.why)
     return replace(decision, run=tuple(run), placement=placement, plans=plans), verdicts
-
-
-def _free(view: ClusterView, placement: Mapping[Any, Any]) -> dict[Any, Any]:
-    free = {t: int(n) for t, n in view.capacity.items()}
-    for by_type in placement.values():
-        for t, n in by_type.items():
-            free[t] = free.get(t, 0) - n
-    return free
 
 
 def held(job: JobView) -> int:
@@ -234,7 +226,7 @@ def _make_room(
     the restart bound keeps, its own user's before others', and never from a user who would then hold fewer GPUs
     for its weight than its user) so that `job` fits, on the type it runs on when that is known; None if it
     cannot."""
-    free = _free(view, placement)
+    free = free_gpus(view, placement)
     evict = []
     newcomers = [x for x in reversed(run) if not jobs[x].ran_last_round and x not in reserved]
     here = _home(job)

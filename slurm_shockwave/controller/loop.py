@@ -151,7 +151,9 @@ class RoundLoop:
     def _gate(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
         """The preemption gate (when on), and this round's preemptions (`_place` counts them)."""
         stopping = self.backend.stopping()
-        decision = check_decision(view, pinned.pin(view, decision))
+        held = pinned.pin(view, decision)
+        if held is not decision:  # the policy's decision was checked; only a changed one is checked again
+            decision = check_decision(view, held)
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
             gated, _verdicts = preemption.gate(
