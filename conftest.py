@@ -25,3 +25,13 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true (a skip is a failure in CI): {reason}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules with real-Slurm tests run first (a stable sort: each module's tests keep their order).  They are the
+    long ones (2-3 minutes each for the longest): `.ci/run` runs the suite on two workers a file at a time, in this
+    order (pytest-xdist, `-n 2 --dist loadfile --no-loadscope-reorder`), and with the long files first both workers
+    end together on short ones."""
+    slurm = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slurm")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slurm)
+

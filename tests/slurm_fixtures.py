@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 import pytest
 
 from shockwave_lab.localcluster import LocalCluster, SlurmUnavailable
+from shockwave_lab.localcluster.accounting import ensure_users
 from shockwave_lab.localcluster.chroot import DEFAULT_ROOTS_DIR, SUITES, ChrootRoot, host_version
 from slurm_shockwave.slurm import SlurmCLI
 
@@ -107,13 +108,8 @@ def _test_roots_removed_at_the_end():
 
 
 def ensure_user(name: str = JOB_USER) -> pwd.struct_passwd:
-    """Create a local user (no home dir, /bin/sh) unless it exists; needs root."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True,
-                       capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
-        return pwd.getpwnam(name)
+    """Create a local user (no home dir, /bin/sh) unless it exists; needs root (another worker may at once)."""
+    return ensure_users([name])[name]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20, interval: float = 0.2,

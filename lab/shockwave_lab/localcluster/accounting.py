@@ -203,19 +203,30 @@ def ensure_users(names: Sequence[str], chroot_path: Path | None = None) -> dict[
     uid and gid) in it, so that their jobs can be submitted and run there. Needs root."""
     out = {}
     for name in names:
-        try:
-            pw = pwd.getpwnam(name)
-        except KeyError:                 # another cluster may create it at the same time: look again after
-            r = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL, timeout=30)
-            try:
-                pw = pwd.getpwnam(name)
-            except KeyError:
-                raise d.DaemonError(f"useradd {name} failed: {r.stderr.strip()}") from None
-        out[name] = pw
+        out[name] = pw = _host_user(name)
         if chroot_path is not None:
             _user_in_root(Path(chroot_path), pw)
     return out
+
+
+def _host_user(name: str, tries: int = 5) -> pwd.struct_passwd:
+    """The host's user ``name``, created (no home, /bin/sh) unless it exists.  Another cluster (a test of another
+    worker) may create it at the same time: useradd then fails, on the name or on the lock of /etc/passwd, and the
+    user is looked up again after a short wait."""
+    err = ""
+    for attempt in range(tries):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            r = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=30)
+            err = r.stderr.strip()
+            if r.returncode != 0:
+                time.sleep(0.2 * (attempt + 1))
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise d.DaemonError(f"useradd {name} failed: {err}") from None
 
 
 def _user_in_root(root: Path, pw: pwd.struct_passwd) -> None:
@@ -224,15 +235,21 @@ def _user_in_root(root: Path, pw: pwd.struct_passwd) -> None:
     def has(kind: str, field: int, value: str) -> bool:
         return any(line.split(":")[field:field + 1] == [value]
                    for line in (root / "etc" / kind).read_text().splitlines())
-    if has("passwd", 0, pw.pw_name):
-        return
-    if not has("group", 2, str(pw.pw_gid)):
-        subprocess.run(["chroot", str(root), "groupadd", "-g", str(pw.pw_gid), pw.pw_name], capture_output=True,
-                       stdin=subprocess.DEVNULL, timeout=30)
-    r = subprocess.run(["chroot", str(root), "useradd", "-M", "-u", str(pw.pw_uid), "-g", str(pw.pw_gid), "-s",
-                        "/bin/sh", pw.pw_name], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+    err = ""
+    for attempt in range(5):  # another cluster's useradd may hold the root's lock of /etc/passwd: try again
+        if has("passwd", 0, pw.pw_name):
+            return
+        if not has("group", 2, str(pw.pw_gid)):
+            subprocess.run(["chroot", str(root), "groupadd", "-g", str(pw.pw_gid), pw.pw_name], capture_output=True,
+                           stdin=subprocess.DEVNULL, timeout=30)
+        r = subprocess.run(["chroot", str(root), "useradd", "-M", "-u", str(pw.pw_uid), "-g", str(pw.pw_gid), "-s",
+                            "/bin/sh", pw.pw_name], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=30)
+        err = r.stderr.strip()
+        if r.returncode != 0:
+            time.sleep(0.2 * (attempt + 1))
     if not has("passwd", 0, pw.pw_name):
-        raise d.DaemonError(f"cannot add user {pw.pw_name} to {root}: {r.stderr.strip()}")
+        raise d.DaemonError(f"cannot add user {pw.pw_name} to {root}: {err}")
 
 
 def as_user(argv: Sequence[str], user: str, chroot_path: Path | None = None, cwd: str | None = None) -> list[str]:
