@@ -16,7 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -98,6 +100,20 @@ def _wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     return False
 
 
+@contextmanager
+def _as_from_a_terminal() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT at their defaults while a command is started, as a terminal's foreground command has
+    them: a test runner started with `nohup` has SIGHUP ignored, one started in the background of a non-interactive
+    shell (`pytest ... &`) SIGINT; its commands would inherit that, and a command keeps an ignored signal ignored
+    (shockwave_lab.localcluster.signals; test_a_signal_ignored_when_the_command_starts_stays_ignored)."""
+    old = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def _send(proc: subprocess.Popen, sig: int) -> None:
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)            # a terminal's Ctrl-C reaches the whole foreground group
@@ -114,7 +130,7 @@ def _interrupt(argv: list, sig: int, phase: str, delay: float, marker, what: str
     directory = make_root("shockwave-signals-")
     directory.chmod(0o1777)                 # like /tmp: jobs of the replay's users write their TMPDIR here
     log = directory / "command.log"
-    with open(log, "wb") as out:
+    with open(log, "wb") as out, _as_from_a_terminal():
         proc = subprocess.Popen(argv, env={**os.environ, "TMPDIR": str(directory), "PYTHONUNBUFFERED": "1"},
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=str(directory))
@@ -248,3 +264,32 @@ def test_the_teardown_handlers_raise_once_hold_back_while_shielded_and_restore()
                     steps.append("teardown ran to its end")
     assert exc.value.code == 143 and steps == ["shielded block ran to its end", "teardown ran to its end"]
     assert signal.getsignal(signal.SIGTERM) is before and not S.active()
+
+
+def test_a_signal_ignored_when_the_command_starts_stays_ignored():
+    """No Slurm: a command started under `nohup` (SIGHUP ignored) or in the background of a script (SIGINT ignored)
+    keeps ignoring that signal inside orderly_teardown, while SIGTERM still stops it; the old handlers come back."""
+    code = """if True:
+        import os, signal, sys, time
+        from shockwave_lab.localcluster import signals as S
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            with S.orderly_teardown():
+                for sig in (signal.SIGHUP, signal.SIGINT):
+                    os.kill(os.getpid(), sig)
+                    time.sleep(0.05)
+                    print("went on after", signal.Signals(sig).name, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                print("went on after SIGTERM", flush=True)
+        except S.Terminated as e:
+            print("stopped:", e, flush=True)
+        print("restored:", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, signal.getsignal(signal.SIGINT)
+              is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["went on after SIGHUP", "went on after SIGINT", "stopped: stopped by SIGTERM",
+                                     "restored: True True True"], r.stdout
+

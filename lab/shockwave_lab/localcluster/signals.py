@@ -16,6 +16,10 @@ left slurmctld, the slurmds, slurmdbd, MariaDB and munged running (issue 32). In
   teardown is never cut in half;
 * on leaving, the previous handlers are put back; a signal held back and not raised yet is raised then.
 
+A signal that is ignored when the outermost context is entered stays ignored (the POSIX convention): ``nohup``
+ignores SIGHUP, and a non-interactive shell starts a background command (``cmd &``) with SIGINT ignored, so that
+neither a closed terminal nor a Ctrl-C meant for the foreground stops it.
+
 Nesting is allowed (the outermost context owns the handlers). Outside the main thread, or when the handlers
 are not ours, both contexts do nothing.
 """
@@ -98,7 +102,8 @@ def orderly_teardown() -> Iterator[None]:
         _State.saved = {s: signal.getsignal(s) for s in SIGNALS}
         _State.held, _State.raised, _State.shield = None, False, 0
         for s in SIGNALS:
-            signal.signal(s, _handler)
+            if _State.saved[s] is not signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT: left ignored
+                signal.signal(s, _handler)
     _State.depth += 1
     try:
         yield
