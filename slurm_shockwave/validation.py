@@ -78,11 +78,12 @@ def message(err: Mapping[str, Any]) -> str:
 
 
 def show(value) -> str:
-    """A value as the user wrote it, at most 80 characters."""
+    """A value as the user wrote it, at most 80 characters: a longer one keeps its start and its end (a path's file
+    name) around "..."."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 80 else text[:38] + "..." + text[-39:]
 
 
 def first_line(e) -> str:
