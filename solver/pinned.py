@@ -40,7 +40,8 @@ def _count(job: JobView) -> int:
 def pin(view: ClusterView, decision: RoundDecision) -> RoundDecision:
     """The decision with every running job that may not be preempted running on its type and count (see the module
     docstring); the decision itself when there is none, or when each already runs as it did."""
-    keep = [j for j in view.jobs if j.job_id in pinned(view)]
+    ids = pinned(view)
+    keep = [j for j in view.jobs if j.job_id in ids]
     if not keep:
         return decision
     jobs = {j.job_id: j for j in view.jobs}
@@ -51,7 +52,6 @@ def pin(view: ClusterView, decision: RoundDecision) -> RoundDecision:
 
     if all(as_it_ran(j) for j in keep):
         return decision
-    ids = {j.job_id for j in keep}
     run = [x for x in decision.run if x not in ids]
     placement = {x: dict(p) for x, p in decision.placement.items() if x not in ids}
     plans = dict(decision.plans)

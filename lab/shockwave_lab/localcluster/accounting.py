@@ -209,20 +209,31 @@ def ensure_users(names: Sequence[str], chroot_path: Path | None = None) -> dict[
     return out
 
 
-def _host_user(name: str, tries: int = 5) -> pwd.struct_passwd:
-    """The host's user ``name``, created (no home, /bin/sh) unless it exists.  Another cluster (a test of another
-    worker) may create it at the same time: useradd then fails, on the name or on the lock of /etc/passwd, and the
-    user is looked up again after a short wait."""
+def _added(exists, add, tries: int = 5) -> str:
+    """Run ``add`` (a useradd / groupadd) until ``exists()``: another cluster (a test of another worker) may add the
+    same at the same time, and the command then fails on the name or on the lock of /etc/passwd; tried again after a
+    short wait.  Returns the last error ("" when none)."""
     err = ""
     for attempt in range(tries):
+        if exists():
+            return ""
+        r = add()
+        err = r.stderr.strip()
+        if r.returncode != 0:
+            time.sleep(0.2 * (attempt + 1))
+    return err
+
+
+def _host_user(name: str) -> pwd.struct_passwd:
+    """The host's user ``name``, created (no home, /bin/sh) unless it exists."""
+    def exists() -> bool:
         try:
-            return pwd.getpwnam(name)
+            pwd.getpwnam(name)
+            return True
         except KeyError:
-            r = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True, text=True,
-                               stdin=subprocess.DEVNULL, timeout=30)
-            err = r.stderr.strip()
-            if r.returncode != 0:
-                time.sleep(0.2 * (attempt + 1))
+            return False
+    err = _added(exists, lambda: subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True,
+                                                text=True, stdin=subprocess.DEVNULL, timeout=30))
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -235,19 +246,14 @@ def _user_in_root(root: Path, pw: pwd.struct_passwd) -> None:
     def has(kind: str, field: int, value: str) -> bool:
         return any(line.split(":")[field:field + 1] == [value]
                    for line in (root / "etc" / kind).read_text().splitlines())
-    err = ""
-    for attempt in range(5):  # another cluster's useradd may hold the root's lock of /etc/passwd: try again
-        if has("passwd", 0, pw.pw_name):
-            return
+    def add():
         if not has("group", 2, str(pw.pw_gid)):
             subprocess.run(["chroot", str(root), "groupadd", "-g", str(pw.pw_gid), pw.pw_name], capture_output=True,
                            stdin=subprocess.DEVNULL, timeout=30)
-        r = subprocess.run(["chroot", str(root), "useradd", "-M", "-u", str(pw.pw_uid), "-g", str(pw.pw_gid), "-s",
-                            "/bin/sh", pw.pw_name], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                           timeout=30)
-        err = r.stderr.strip()
-        if r.returncode != 0:
-            time.sleep(0.2 * (attempt + 1))
+        return subprocess.run(["chroot", str(root), "useradd", "-M", "-u", str(pw.pw_uid), "-g", str(pw.pw_gid),
+                               "-s", "/bin/sh", pw.pw_name], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=30)
+    err = _added(lambda: has("passwd", 0, pw.pw_name), add)
     if not has("passwd", 0, pw.pw_name):
         raise d.DaemonError(f"cannot add user {pw.pw_name} to {root}: {err}")
 
