@@ -120,6 +120,47 @@ def test_sigterm_while_starting_is_a_clean_stop(tmp_path):
     assert "signal SIGTERM: finishing the round" in out and "controller stopped after 0 round(s)" in out, out
 
 
+def _ignoring(*signums):
+    def preexec():
+        for s in signums:
+            signal.signal(s, signal.SIG_IGN)
+    return preexec
+
+
+def test_a_signal_ignored_when_started_stays_ignored(tmp_path):
+    """Started the way a non-interactive shell starts `... &` (SIGINT ignored) under `nohup` (SIGHUP ignored), the
+    controller leaves both ignored, while starting and once running: neither stops nor reloads it; SIGTERM does."""
+    cfg = tmp_path / "c.fifo"
+    os.mkfifo(cfg)
+    (tmp_path / "bin").mkdir()                    # no Slurm commands: the controller retries its first round
+    text = (f'[controller]\nstate_dir = "{tmp_path / "state"}"\nevent_store = "{tmp_path}"\n'
+            f'[slurm]\nbin_dir = "{tmp_path / "bin"}"\n')
+    log_path = tmp_path / "controller.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg)],
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=_ignoring(signal.SIGINT, signal.SIGHUP))
+    logged = log_path.read_text
+    try:
+        with open(cfg, "w") as fifo:              # the controller is starting: a SIGINT now would be remembered
+            proc.send_signal(signal.SIGINT)
+            fifo.write(text)
+        wait_for(lambda: "Slurm unavailable" in logged(), timeout=60, what="the round loop")
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, logged()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    out = logged()
+    assert "SIGINT was ignored when the controller started: left ignored" in out, out
+    assert "SIGHUP was ignored when the controller started: left ignored" in out, out
+    assert "signal SIGTERM: finishing the round" in out and "signal SIGINT" not in out and "reloading" not in out, out
+    assert "controller stopped after 0 round(s)" in out and "Traceback" not in out, out
+
+
 def test_bad_config_at_start_exits_2(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[controller]\nround_seconds = inf\n")

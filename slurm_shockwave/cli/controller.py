@@ -28,15 +28,26 @@ class RunError(OneLineError):
 class EarlyStop:
     """SIGTERM/SIGINT that arrive while the controller is still starting (importing, reading its config, opening
     its state, reaching its cluster) are remembered, not fatal: installed first thing (this module imports only
-    click), then handed to `Controller.install_signal_handlers`, which stops cleanly before the first round."""
+    click), then handed to `Controller.install_signal_handlers`, which stops cleanly before the first round.
+
+    A signal ignored when the controller starts stays ignored (the POSIX convention): a non-interactive shell
+    starts `shockwave controller run ... &` with SIGINT ignored, so that a Ctrl-C meant for the foreground does not
+    stop it; `nohup` ignores SIGHUP.  `ignored` records them for `install_signal_handlers`."""
 
     def __init__(self):
         self.signum: int | None = None
+        self.ignored = ignored_at_start()
         for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, self._remember)
+            if s not in self.ignored:
+                signal.signal(s, self._remember)
 
     def _remember(self, signum, _frame) -> None:
         self.signum = signum
+
+
+def ignored_at_start() -> frozenset[int]:
+    """The controller's signals (SIGTERM, SIGINT, SIGHUP) that this process was started with ignored."""
+    return frozenset(s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if signal.getsignal(s) is signal.SIG_IGN)
 
 
 def _config(path, dry_run=False, as_json=False):

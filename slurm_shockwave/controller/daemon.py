@@ -46,6 +46,7 @@ PARTITION_WARN_EVERY = 10
 
 class _EarlyStop(Protocol):  # cli/controller.py `EarlyStop`
     signum: int | None
+    ignored: frozenset[int]
 
 
 def _gate_cost(cfg: ControllerConfig) -> float | None:
@@ -150,9 +151,10 @@ class Controller:
             metrics.enacting.set(0 if cfg.dry_run else 1)
 
     # ------------------------------------------------------------------ lifecycle
-    def install_signal_handlers(self, early: _EarlyStop | None = None) -> None:
-        """SIGTERM/SIGINT: finish the round and exit; SIGHUP: reload.  `early` (cli/controller.py `EarlyStop`): a
-        signal that came while starting stops the controller before its first round."""
+    def install_signal_handlers(self, early: _EarlyStop) -> None:
+        """SIGTERM/SIGINT: finish the round and exit; SIGHUP: reload; but a signal ignored when the process started
+        stays ignored.  `early` (cli/controller.py `EarlyStop`): a signal that came while starting stops the
+        controller before its first round; its `ignored`, the signals left alone."""
 
         def stop(signum: int, _frame: FrameType | None) -> None:
             log.info("signal %s: finishing the round, then exiting", signal.Signals(signum).name)
@@ -162,10 +164,12 @@ class Controller:
             log.info("SIGHUP: reloading %s at the next round boundary", self.cfg.source)
             self._reload_requested = True
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGHUP, hup)
-        if early is not None and early.signum is not None:
+        for signum, handler in ((signal.SIGTERM, stop), (signal.SIGINT, stop), (signal.SIGHUP, hup)):
+            if signum in early.ignored:
+                log.info("%s was ignored when the controller started: left ignored", signal.Signals(signum).name)
+            else:
+                signal.signal(signum, handler)
+        if early.signum is not None:
             stop(early.signum, None)
 
     def close(self) -> None:
