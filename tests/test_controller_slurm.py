@@ -3,6 +3,7 @@ the plan says; jobs outside the managed set are never touched; kill -9 mid-round
 every job in the planned state, none held forever, none requeued twice."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -174,6 +175,36 @@ def no_requeue_job_runs_on(cluster, root: Path) -> None:
         assert ("signal", str(a)) not in acted and ("requeue_hold", str(a)) not in acted
         assert ("requeue_hold", str(b)) in acted
         assert ctl.loop.decided_by()["all"].get("pinned", 0) > 0
+    finally:
+        ctl.close()
+        cancel(cluster, [a, b, c_])
+
+
+def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
+    """`controller.no_requeue = "leave"`: a --no-requeue job, running or pending, is quarantined with its reason
+    (not planned, never held, signalled or requeued: Slurm schedules it), while the policy drops every job; the
+    requeueable job beside it is preempted as before."""
+    root = make_root("shockwave-ctl-l-")
+    a, b = submit(cluster, root, "a", requeue=False), submit(cluster, root, "b")
+    wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
+    c_ = submit(cluster, root, "c", requeue=False)
+    ctl = Controller(config(cluster, root, "authoritative", no_requeue="leave"))
+    ctl.loop.policy = Scripted()                                # plans nothing
+    try:
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {b})[b].state == "PENDING",
+                 timeout=40, interval=0.1, what="b requeued held")
+        wait_for(lambda: jobs_by_id(cluster, {c_})[c_].state == "RUNNING", timeout=30, what="Slurm starts c")
+        ctl.run(max_rounds=1)
+        js = jobs_by_id(cluster, {a, c_})
+        assert all(j.state == "RUNNING" and not j.held and j.restart_count == 0 for j in js.values())
+        reasons = ctl.backend.quarantined
+        assert set(reasons) == {a, c_}, reasons
+        for j in (a, c_):
+            assert reasons[j].startswith("submitted with --no-requeue: this site leaves such jobs to Slurm")
+            row = ctl.state.db.execute("SELECT state, view FROM jobs WHERE job_id=?", (str(j),)).fetchone()
+            assert row["state"] == "QUARANTINED" and json.loads(row["view"])["quarantined"] == reasons[j]
+        acted = {str(r["job_id"]) for r in ctl.state.actions()}
+        assert str(b) in acted and not acted & {str(a), str(c_)}, acted
     finally:
         ctl.close()
         cancel(cluster, [a, b, c_])

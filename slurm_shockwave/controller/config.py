@@ -206,6 +206,9 @@ class ControllerConfig(_Strict):
         "comment", description="comment: the jobs whose --comment starts with `marker`; partition: all its jobs")
     marker: str = Field("shockwave", min_length=1, max_length=100,
                         description="the first word of a managed job's --comment")
+    no_requeue: Literal["schedule", "leave"] = Field(
+        "schedule", description="a job submitted with --no-requeue: schedule: planned like any other, never stopped "
+                                "once it runs; leave: left to Slurm (quarantined, its reason in `status`)")
     state_dir: str = Field(site.DEFAULT_STATE_DIR, max_length=4096, json_schema_extra=RESTART,
                            description="SQLite state (WAL) and the lock file; must be writable")
     event_store: str = Field(site.DEFAULT_EVENT_STORE, max_length=4096, json_schema_extra=RESTART,

@@ -146,7 +146,7 @@ class SlurmBackend(ServiceBackend):
         try:
             if not in_partition(job, self.cfg.partition):
                 return None
-            problem = job.problem
+            problem = job.problem or jobview.left_to_slurm(job, self.cfg.no_requeue)
             try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
                 hints = parse_hints(job.comment, self.cfg.marker, self._hint_gpus or None)
                 check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1), jobview.is_submitit(job))

@@ -50,6 +50,13 @@ def is_submitit(job) -> bool:
     return any(_SUBMITIT.search(getattr(job, k, "") or "") for k in ("command", "std_out"))
 
 
+def left_to_slurm(job, no_requeue: str) -> str | None:
+    """Why a job the site's `controller.no_requeue = "leave"` leaves to Slurm is not planned; None to plan it."""
+    if no_requeue == "leave" and not job.requeue:
+        return 'submitted with --no-requeue: this site leaves such jobs to Slurm (controller.no_requeue = "leave")'
+    return None
+
+
 def program_of(job) -> str:
     """What "the same program" means for the ETA history: the job name, else the batch script's name."""
     return job.name or os.path.basename(job.command or "") or "?"
