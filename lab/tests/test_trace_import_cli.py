@@ -36,7 +36,7 @@ def test_writes_a_job_spec_and_one_summary_line(tmp_path):
     for j in jobs:  # alone, its measured run time
         assert j.mode == "static" and (j.model, j.initial_bs) == ("ResNet-18", 32)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert all("preemptible" not in e for e in rows)  # sacct does not say
+    assert {e["id"]: e["preemptible"] for e in rows if "preemptible" in e} == {"6": True}  # its submit line's --requeue
     to_stdout = run("--format", "sacct-json", DATA / "sacct_24.11.json")
     assert to_stdout.stdout == out.read_text()
 

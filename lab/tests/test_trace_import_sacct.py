@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from shockwave_lab.data_files import THROUGHPUTS
 from shockwave_lab.imports import Rules, load
+from shockwave_lab.imports.entries import to_entries
 from shockwave_lab.workload.errors import WorkloadError
+from shockwave_lab.workload.throughputs import ThroughputTable
 from slurm_shockwave.loader import InputFileError
 
 DATA = Path(__file__).resolve().parent / "data" / "imports"
@@ -42,7 +45,25 @@ def test_real_sacct_output_of_every_version(version, fmt, suffix):
     assert dict(tally.dropped) == {"no GPUs": 1, "never started": 1} and not tally.clipped
     for j, (user, account) in USERS.items():
         assert (jobs[j].user, jobs[j].account) == (user, account)
-    assert all(r.runtime > 0 and r.gpu_type is None and r.preemptible is None for r in rows)
+    assert all(r.runtime > 0 and r.gpu_type is None for r in rows)
+    # job 6 was submitted with --requeue: 24.11 and 26.05 record the submit line (sacct --json), 22.05 and -P do not
+    said = {"6": True} if fmt == "sacct-json" and version != "22.05" else {}
+    assert {j: r.preemptible for j, r in jobs.items() if r.preemptible is not None} == said
+
+
+def test_a_job_submitted_with_no_requeue_is_imported_as_not_preemptible(tmp_path):
+    data = json.loads((DATA / "sacct_26.05.json").read_text())
+    for j in data["jobs"]:
+        if j["job_id"] == 6:      # both runs of the requeued job, as sacct -D lists them
+            j["submit_line"] = j["submit_line"].replace("--requeue", "--no-requeue")
+        if j["job_id"] == 1:      # after the script: the script's own argument, not sbatch's
+            j["submit_line"] += " --no-requeue"
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    rows, _ = load("sacct-json", tmp_path / "s.json")
+    jobs = _by_id(rows)
+    assert jobs["6"].preemptible is False and jobs["1"].preemptible is None
+    spec = {e["id"]: e for e in to_entries(rows, ThroughputTable.load(THROUGHPUTS / "tacc_throughputs.json"))}
+    assert spec["6"]["preemptible"] is False and "preemptible" not in spec["1"]
 
 
 def _text_runs(version):
@@ -171,6 +192,7 @@ def _gres(job):
         (lambda j: j.update(array=7), "array", "expected an object, got int"),
         (lambda j: j.update(het="x"), "het", "expected an object, got str"),
         (lambda j: j.update(tres=[1]), "tres", "expected an object, got list"),
+        (lambda j: j.update(submit_line=["sbatch"]), "submit_line", "expected a string, got list"),
     ],
 )
 def test_bad_json_names_the_job_and_field(tmp_path, change, field, problem):

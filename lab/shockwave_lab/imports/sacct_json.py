@@ -5,7 +5,8 @@ Run it as `sacct --json -a -D -S 2024-01-01 -E now` (-D: every run of a requeued
 Per job object: `job_id`, `array.job_id`/`array.task_id` (an array task is `<array job>_<task>`), `het.job_id`/
 `het.job_offset`, `state.current` (a word on 22.05, a list of words later), `time.submission/start/end` (epoch
 seconds; 24.11+ write 4294967294 for "none"), `time.limit` (minutes; unlimited: infinite or 4294967295),
-`tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu" or "gpu:a100", "count": N}`), `user`, `account`.  Numbers may be plain or `{"set", "infinite", "number"}`.  The
+`tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu" or "gpu:a100", "count": N}`), `user`, `account`,
+`submit_line` (24.11+: `--requeue`/`--no-requeue`).  Numbers may be plain or `{"set", "infinite", "number"}`.  The
 runs of a job, its requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from shockwave_lab.imports.common import MAX_SECONDS, Row, Tally, gpus, name, number
 from shockwave_lab.imports.slurm_runs import Run, rows_of
+from shockwave_lab.imports.submit_line import requeue_of
 from shockwave_lab.workload.errors import WorkloadError
 from slurm_shockwave.loader import parse, read_text
 
@@ -104,7 +106,14 @@ def _run(loc, where, job) -> Run:
         account=name(job.get("account")),
         names=("time.start", "time.end"),
         limit=_limit(loc, num("time.limit", (job.get("time") or {}).get("limit"), optional=True)),
+        requeue=requeue_of(_text(loc, "submit_line", job.get("submit_line"))),
     )
+
+
+def _text(loc, field, value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise WorkloadError(loc, 0, field, f"expected a string, got {type(value).__name__}")
+    return value
 
 
 def _limit(loc, minutes: float | None) -> float | None:

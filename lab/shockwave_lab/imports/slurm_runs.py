@@ -10,6 +10,9 @@ imported job (docs/trace-import.md, "sacct").
 * Finished: any final state (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, DEADLINE,
   BOOT_FAIL).  A run with no allocation (AllocTRES empty: cancelled while pending) never started, whatever its
   times say (Slurm sets its Start to its End); RUNNING/SUSPENDED/COMPLETING: still running; PENDING: never started.
+* A job submitted with `--no-requeue` may not be preempted (`preemptible` false: no requeue can stop it and bring
+  it back), one submitted with `--requeue` may (true), where its runs' submit line says so (`sacct --json` 24.11+);
+  else unknown (the site's `JobRequeue`).
 * The time limit is the one of the run that counts (what `sbatch --time` asked, or the partition's default), in
   seconds, else the latest earlier run's (26.05 records a requeued job's last run as unlimited); none when no run
   has one.
@@ -54,6 +57,7 @@ class Run:
     gpu_type: str | None = None
     names: tuple[str, str] = ("Start", "End")  # the start and end fields, for errors
     limit: float | None = None  # seconds (TimeLimit); None: not given or unlimited
+    requeue: bool | None = None  # --requeue / --no-requeue on its submit line (imports/submit_line.py); None: unsaid
 
 
 def state_word(text: str) -> str:
@@ -93,6 +97,7 @@ def rows_of(runs: list[Run], path) -> list[Row]:
                 last.user,
                 last.account,
                 last.gpu_type,
+                preemptible=next((r.requeue for r in reversed(group) if r.requeue is not None), None),
                 unfinished=unfinished,
                 limit=_limit(group, last),
             )
