@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from solver.types import Policy, RoundDecision
-from slurm_shockwave.controller.config import config_from_dict
+from slurm_shockwave.controller.config import config_from_dict, load_config
 from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.journal.store import StateStore
 from shockwave_lab.localcluster.chroot import host_version
@@ -183,17 +183,34 @@ def no_requeue_job_runs_on(cluster, root: Path) -> None:
 def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
     """`controller.no_requeue = "leave"`: a --no-requeue job, running or pending, is quarantined with its reason
     (not planned, never held, signalled or requeued: Slurm schedules it), while the policy drops every job; the
-    requeueable job beside it is preempted as before."""
+    requeueable job beside it is preempted as before.  Switched on by a reload, it releases the pending job the
+    controller had held under "schedule"."""
     root = make_root("shockwave-ctl-l-")
     a, b = submit(cluster, root, "a", requeue=False), submit(cluster, root, "b")
     wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
     c_ = submit(cluster, root, "c", requeue=False)
-    ctl = Controller(config(cluster, root, "authoritative", no_requeue="leave"))
+    path = root / "config.toml"
+
+    def write(no_requeue):
+        ctl_keys = {"round_seconds": 1, "mode": "authoritative", "partition": cluster.partition, "grace_seconds": 1,
+                    "state_dir": str(root / "state"), "event_store": str(root / "events"), "rounds_per_restart": 0,
+                    "no_requeue": no_requeue}
+        lines = ["[controller]"] + [f"{k} = {json.dumps(v)}" for k, v in ctl_keys.items()]
+        lines += ["[policy]", 'name = "fifo"', "[slurm.env]"] + [f"{k} = {json.dumps(v)}" for k, v in cluster.env.items()]
+        path.write_text("\n".join(lines) + "\n")
+
+    write("schedule")
+    ctl = Controller(load_config(path))
     ctl.loop.policy = Scripted()                                # plans nothing
     try:
+        wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {c_})[c_].held,
+                 timeout=40, interval=0.1, what="c held (schedule: a deferred job like any other)")
+        assert not ctl.backend.quarantined
+        write("leave")
+        ctl.reload()
         wait_for(lambda: ctl.run(max_rounds=1) is not None and jobs_by_id(cluster, {b})[b].state == "PENDING",
                  timeout=40, interval=0.1, what="b requeued held")
-        wait_for(lambda: jobs_by_id(cluster, {c_})[c_].state == "RUNNING", timeout=30, what="Slurm starts c")
+        wait_for(lambda: jobs_by_id(cluster, {c_})[c_].state == "RUNNING", timeout=30, what="c released, Slurm starts it")
         ctl.run(max_rounds=1)
         js = jobs_by_id(cluster, {a, c_})
         assert all(j.state == "RUNNING" and not j.held and j.restart_count == 0 for j in js.values())
@@ -203,8 +220,11 @@ def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
             assert reasons[j].startswith("submitted with --no-requeue: this site leaves such jobs to Slurm")
             row = ctl.state.db.execute("SELECT state, view FROM jobs WHERE job_id=?", (str(j),)).fetchone()
             assert row["state"] == "QUARANTINED" and json.loads(row["view"])["quarantined"] == reasons[j]
-        acted = {str(r["job_id"]) for r in ctl.state.actions()}
-        assert str(b) in acted and not acted & {str(a), str(c_)}, acted
+        verbs = {}
+        for r in reversed(ctl.state.actions()):                    # oldest first
+            verbs.setdefault(str(r["job_id"]), []).append(r["verb"])
+        assert str(a) not in verbs and "requeue_hold" in verbs[str(b)], verbs
+        assert verbs[str(c_)] == ["hold", "release"], verbs           # held under "schedule", released by "leave"
     finally:
         ctl.close()
         cancel(cluster, [a, b, c_])
