@@ -28,6 +28,16 @@ def metrics(port: int) -> dict:
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
+def dispositions(*ignored):
+    """A child's preexec_fn: SIGTERM, SIGHUP and SIGINT at their defaults, as a terminal starts a command, but
+    `ignored`; the controller keeps a signal ignored at its start ignored, so a test runner started under `nohup` or
+    in the background of a script (SIGHUP, SIGINT ignored) must not pass that on to a controller it signals."""
+    def preexec():
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
+    return preexec
+
+
 def config_text(cluster, root: Path, port: int, **ctl) -> str:
     base = {"round_seconds": 1, "mode": "advisory", "partition": cluster.partition, "state_dir": str(root / "state"),
             "event_store": str(root / "events"), "metrics_port": port, **ctl}
@@ -48,7 +58,7 @@ def test_sighup_reloads_or_keeps_and_sigterm_exits_cleanly(slurm_cluster):
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg)],
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, preexec_fn=dispositions())
     logged = log_path.read_text
 
     def rounds():
@@ -106,7 +116,7 @@ def test_sigterm_while_starting_is_a_clean_stop(tmp_path):
             f'[slurm]\nbin_dir = "{tmp_path / "bin"}"\n')
     proc = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg)],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, preexec_fn=dispositions())
     try:
         with open(cfg, "w") as fifo:              # returns once the controller opened its config: it is starting
             proc.send_signal(signal.SIGTERM)
@@ -118,13 +128,6 @@ def test_sigterm_while_starting_is_a_clean_stop(tmp_path):
             proc.wait(10)
     assert proc.returncode == 0, out
     assert "signal SIGTERM: finishing the round" in out and "controller stopped after 0 round(s)" in out, out
-
-
-def _ignoring(*signums):
-    def preexec():
-        for s in signums:
-            signal.signal(s, signal.SIG_IGN)
-    return preexec
 
 
 def test_a_signal_ignored_when_started_stays_ignored(tmp_path):
@@ -139,7 +142,7 @@ def test_a_signal_ignored_when_started_stays_ignored(tmp_path):
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_shockwave", "controller", "run", "--config", str(cfg)],
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=_ignoring(signal.SIGINT, signal.SIGHUP))
+                                stdin=subprocess.DEVNULL, preexec_fn=dispositions(signal.SIGINT, signal.SIGHUP))
     logged = log_path.read_text
     try:
         with open(cfg, "w") as fifo:              # the controller is starting: a SIGINT now would be remembered
