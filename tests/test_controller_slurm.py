@@ -189,6 +189,7 @@ def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
     a, b = submit(cluster, root, "a", requeue=False), submit(cluster, root, "b")
     wait_for(lambda: all(j.state == "RUNNING" for j in jobs_by_id(cluster, {a, b}).values()), what="a, b running")
     c_ = submit(cluster, root, "c", requeue=False)
+    plain = submit(cluster, root, "plain", requeue=False, comment=None, hold=True)  # not marked: not ours at all
     path = root / "config.toml"
 
     def write(no_requeue):
@@ -215,7 +216,7 @@ def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
         js = jobs_by_id(cluster, {a, c_})
         assert all(j.state == "RUNNING" and not j.held and j.restart_count == 0 for j in js.values())
         reasons = ctl.backend.quarantined
-        assert set(reasons) == {a, c_}, reasons
+        assert set(reasons) == {a, c_}, reasons                    # not `plain`: unmanaged, not quarantined
         for j in (a, c_):
             assert reasons[j].startswith("submitted with --no-requeue: this site leaves such jobs to Slurm")
             row = ctl.state.db.execute("SELECT state, view FROM jobs WHERE job_id=?", (str(j),)).fetchone()
@@ -223,11 +224,11 @@ def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
         verbs = {}
         for r in reversed(ctl.state.actions()):                    # oldest first
             verbs.setdefault(str(r["job_id"]), []).append(r["verb"])
-        assert str(a) not in verbs and "requeue_hold" in verbs[str(b)], verbs
+        assert str(a) not in verbs and str(plain) not in verbs and "requeue_hold" in verbs[str(b)], verbs
         assert verbs[str(c_)] == ["hold", "release"], verbs           # held under "schedule", released by "leave"
     finally:
         ctl.close()
-        cancel(cluster, [a, b, c_])
+        cancel(cluster, [a, b, c_, plain])
 
 
 def test_advisory_holds_deferred_and_never_preempts(cluster):

@@ -146,7 +146,7 @@ class SlurmBackend(ServiceBackend):
         try:
             if not in_partition(job, self.cfg.partition):
                 return None
-            problem = job.problem or jobview.left_to_slurm(job, self.cfg.no_requeue)
+            problem = job.problem
             try:  # `shockwave epochs=30 bs=32` -> {'epochs': 30, 'bs': 32}; None: not marked (hints.py)
                 hints = parse_hints(job.comment, self.cfg.marker, self._hint_gpus or None)
                 check_gpus_range(hints and hints.gpus_range, max(job.gpus, 1), jobview.is_submitit(job))
@@ -155,6 +155,8 @@ class SlurmBackend(ServiceBackend):
                 marker, problem = None, problem or f"invalid hints: {e}"
             if marker is None and self.cfg.managed_by == "partition" and not problem:
                 marker = {}
+            if marker is not None and not problem:  # a job it would manage; another is not ours to quarantine
+                problem = jobview.left_to_slurm(job, self.cfg.no_requeue)
             if problem:
                 self._bad[job.job_id] = str(problem).splitlines()[0][:300] if str(problem) else "unreadable record"
                 return None
