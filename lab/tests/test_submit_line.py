@@ -36,3 +36,31 @@ from shockwave_lab.imports.submit_line import requeue_of
 )
 def test_requeue_of(line, said):
     assert requeue_of(line) is said
+
+
+SCRIPT = """#!/bin/bash
+#SBATCH -J "my job" --no-requeue
+#SBATCH --gres=gpu:1   # one GPU --requeue
+#SBATCH--requeue
+
+python train.py
+#SBATCH --requeue
+"""
+
+
+@pytest.mark.parametrize(
+    "line,script,said",
+    [
+        ("sbatch job.sh", SCRIPT, False),                      # quotes and comments as a shell reads them
+        ("sbatch job.sh", '#SBATCH -J "unbalanced --requeue\n#SBATCH --no-requeue', False),  # each line on its own
+        ("sbatch --requeue job.sh", SCRIPT, True),             # the command line overrides them
+        ("sbatch job.sh", "#!/bin/sh\n#SBATCH --requeue\n#SBATCH --no-requeue\n", False),   # the last one wins
+        ("sbatch job.sh", "#!/bin/sh\necho hi\n#SBATCH --no-requeue\n", None),             # after the first command
+        ("sbatch job.sh", "#!/bin/sh\n#SBATCH --time=10 # --no-requeue\n", None),           # a comment
+        (None, "#SBATCH --no-requeue", False),                  # 22.05 or no submit line: the script alone
+        ("sbatch job.sh", "", None),
+        ("sbatch job.sh", None, None),
+    ],
+)
+def test_requeue_of_a_script(line, script, said):
+    assert requeue_of(line, script) is said

@@ -58,10 +58,12 @@ def test_a_job_submitted_with_no_requeue_is_imported_as_not_preemptible(tmp_path
             j["submit_line"] = j["submit_line"].replace("--requeue", "--no-requeue")
         if j["job_id"] == 1:      # after the script: the script's own argument, not sbatch's
             j["submit_line"] += " --no-requeue"
+        if j["job_id"] == 2:      # in the batch script (kept with AccountingStoreFlags=job_script)
+            j["script"] = "#!/bin/sh\n#SBATCH --no-requeue\nsleep 2; exit 3\n"
     (tmp_path / "s.json").write_text(json.dumps(data))
     rows, _ = load("sacct-json", tmp_path / "s.json")
     jobs = _by_id(rows)
-    assert jobs["6"].preemptible is False and jobs["1"].preemptible is None
+    assert jobs["6"].preemptible is False and jobs["1"].preemptible is None and jobs["2"].preemptible is False
     spec = {e["id"]: e for e in to_entries(rows, ThroughputTable.load(THROUGHPUTS / "tacc_throughputs.json"))}
     assert spec["6"]["preemptible"] is False and "preemptible" not in spec["1"]
 
@@ -193,6 +195,7 @@ def _gres(job):
         (lambda j: j.update(het="x"), "het", "expected an object, got str"),
         (lambda j: j.update(tres=[1]), "tres", "expected an object, got list"),
         (lambda j: j.update(submit_line=["sbatch"]), "submit_line", "expected a string, got list"),
+        (lambda j: j.update(script=7), "script", "expected a string, got int"),
     ],
 )
 def test_bad_json_names_the_job_and_field(tmp_path, change, field, problem):

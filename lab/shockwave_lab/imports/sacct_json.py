@@ -6,7 +6,7 @@ Per job object: `job_id`, `array.job_id`/`array.task_id` (an array task is `<arr
 `het.job_offset`, `state.current` (a word on 22.05, a list of words later), `time.submission/start/end` (epoch
 seconds; 24.11+ write 4294967294 for "none"), `time.limit` (minutes; unlimited: infinite or 4294967295),
 `tres.allocated`/`tres.requested` (`{"type": "gres", "name": "gpu" or "gpu:a100", "count": N}`), `user`, `account`,
-`submit_line` (24.11+: `--requeue`/`--no-requeue`).  Numbers may be plain or `{"set", "infinite", "number"}`.  The
+`submit_line` and `script` (24.11+: `--requeue`/`--no-requeue`).  Numbers may be plain or `{"set", "infinite", "number"}`.  The
 runs of a job, its requeues and array tasks: shockwave_lab/imports/slurm_runs.py.
 """
 
@@ -106,7 +106,7 @@ def _run(loc, where, job) -> Run:
         account=name(job.get("account")),
         names=("time.start", "time.end"),
         limit=_limit(loc, num("time.limit", (job.get("time") or {}).get("limit"), optional=True)),
-        requeue=requeue_of(_text(loc, "submit_line", job.get("submit_line"))),
+        requeue=requeue_of(_text(loc, "submit_line", job.get("submit_line")), _text(loc, "script", job.get("script"))),
     )
 
 
