@@ -51,6 +51,17 @@ def test_real_sacct_output_of_every_version(version, fmt, suffix):
     assert {j: r.preemptible for j, r in jobs.items() if r.preemptible is not None} == said
 
 
+@pytest.mark.parametrize("version", ("24.11", "26.05"))
+def test_a_real_batch_scripts_no_requeue_makes_its_job_not_preemptible(version):
+    """Real `sacct --json --batch-script` output: a job whose script has `#SBATCH --no-requeue`, its command line
+    neither flag."""
+    rows, _ = load("sacct-json", DATA / f"sacct_{version}_script.json")
+    (job,) = rows
+    raw = json.loads((DATA / f"sacct_{version}_script.json").read_text())["jobs"][0]
+    assert "requeue" not in raw["submit_line"] and "#SBATCH --no-requeue" in raw["script"]
+    assert job.preemptible is False and job.user == "sw-ann" and job.gpus == 1
+
+
 def test_a_job_submitted_with_no_requeue_is_imported_as_not_preemptible(tmp_path):
     data = json.loads((DATA / "sacct_26.05.json").read_text())
     for j in data["jobs"]:
@@ -280,8 +291,32 @@ def record(out: Path, version: str | None = None) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def record_script(out: Path, version: str) -> None:
+    """One job whose batch script says `#SBATCH --no-requeue`, on a cluster that keeps job scripts
+    (`AccountingStoreFlags=job_script`): `sacct --json -a --batch-script -j ID` (sacct refuses `--batch-script`
+    without `-j`) as sacct_<version>_script.json (its `steps` emptied)."""
+    from tests.share_fixtures import accounting_cluster, sbatch_as, workdir
+    from tests.slurm_fixtures import make_root, wait_for
+
+    root = make_root("shockwave-record-sacct-script-")
+    conf = ["AccountingStoreFlags=job_script"]
+    with accounting_cluster(root, version, nodes=1, gpus_per_node=2, cpus_per_node=4, extra_conf=conf) as c:
+        work = workdir(root)
+        script = work / "job.sh"
+        script.write_text("#!/bin/sh\n#SBATCH --no-requeue\n#SBATCH -J scripted\nsleep 1\n")
+        script.chmod(0o755)
+        j = sbatch_as(c, "sw-ann", work, "--gres=gpu:1", str(script))
+        wait_for(lambda: c.cli.run(["sacct", "-a", "-X", "-n", "-P", "-j", str(j), "-o", "State"]).stdout.startswith(
+            "COMPLETED"), timeout=120, interval=1, what="the job completed")
+        data = json.loads(c.cli.run(["sacct", "--json", "-a", "--batch-script", "-j", str(j)]).stdout)
+        for job in data["jobs"]:
+            job["steps"] = []
+        (out / f"sacct_{c.slurm_version[:5]}_script.json").write_text(json.dumps(data, indent=1) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) in (3, 4) and sys.argv[1] == "record":
-        record(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) == 4 else None)
+    if len(sys.argv) in (3, 4) and sys.argv[1] in ("record", "record-script"):
+        (record if sys.argv[1] == "record" else record_script)(Path(sys.argv[2]), sys.argv[3] if len(sys.argv) == 4 else None)
     else:
-        sys.exit("usage: PYTHONPATH=. python lab/tests/test_trace_import_sacct.py record DIR [VERSION]")
+        sys.exit("usage: PYTHONPATH=. python lab/tests/test_trace_import_sacct.py record|record-script DIR [VERSION]")
