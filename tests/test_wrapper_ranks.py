@@ -194,6 +194,7 @@ TRAIN = textwrap.dedent("""
     say(f"weights {w!r}")
     dist.barrier()
     dist.destroy_process_group()
+    os._exit(0)   # gloo may abort a rank in its exit-time destructors ("terminate called without an active exception")
 """)
 
 
@@ -310,6 +311,7 @@ RANKS_DISAGREE = textwrap.dedent("""
         except RuntimeError as e:
             print(f"rank{r} refused: {e}", flush=True)
     dist.destroy_process_group()
+    os._exit(0)   # gloo may abort a rank in its exit-time destructors ("terminate called without an active exception")
 """)
 
 
