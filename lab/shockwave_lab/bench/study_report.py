@@ -255,9 +255,8 @@ def write_report(tmpdir: Path, path: Path = ROOT / "docs" / "results.md", specs=
     lines += ["## The default before and after issue 36", ""] + changes_section([(specs, out), (heldout, out / "heldout")])
     lines += _het_sections(out, path)
     lines += _sweep()
-    notes = ROOT / "docs" / "results_notes.md"
-    if notes.exists():
-        lines += ["", notes.read_text()]
+    lines += ["", "## Notes", "", "How the study is made, what decides, and what each change to the default measured "
+              "(kept or not): `docs/results_notes.md`, kept by hand beside these generated tables."]
     path.write_text("\n".join(lines) + "\n")
     return path
 
