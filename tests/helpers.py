@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import signal
 
 from shockwave_lab.workload.jobs import JobSpec
 from solver.types import ClusterView, JobView
@@ -62,3 +63,14 @@ def assert_import_refused(path, fmt: str, text: str, problem: str) -> None:
     with pytest.raises(InputFileError) as e:
         load(fmt, path)
     assert str(e.value).startswith(f"{path}{problem}") and "\n" not in str(e.value)
+
+
+def dispositions(*ignored):
+    """A child's preexec_fn: SIGTERM, SIGHUP and SIGINT at their defaults, as a terminal starts a command, but
+    `ignored`: the controller and the lab's commands keep a signal ignored at their start ignored, so a test runner
+    started under `nohup` or in the background of a script (SIGHUP, SIGINT ignored) must not pass that on to a
+    command it signals."""
+    def preexec():
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
+    return preexec

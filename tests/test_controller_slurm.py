@@ -21,6 +21,7 @@ from slurm_shockwave.controller.daemon import Controller
 from slurm_shockwave.journal.store import StateStore
 from shockwave_lab.localcluster.chroot import host_version
 from tests.slurm_fixtures import cluster_up, make_root, version_test_versions, wait_for
+from tests.test_service_signals import config_text
 
 pytestmark = pytest.mark.slurm
 
@@ -192,13 +193,9 @@ def test_a_site_that_leaves_no_requeue_jobs_to_slurm(cluster):
     plain = submit(cluster, root, "plain", requeue=False, comment=None, hold=True)  # not marked: not ours at all
     path = root / "config.toml"
 
-    def write(no_requeue):
-        ctl_keys = {"round_seconds": 1, "mode": "authoritative", "partition": cluster.partition, "grace_seconds": 1,
-                    "state_dir": str(root / "state"), "event_store": str(root / "events"), "rounds_per_restart": 0,
-                    "no_requeue": no_requeue}
-        lines = ["[controller]"] + [f"{k} = {json.dumps(v)}" for k, v in ctl_keys.items()]
-        lines += ["[policy]", 'name = "fifo"', "[slurm.env]"] + [f"{k} = {json.dumps(v)}" for k, v in cluster.env.items()]
-        path.write_text("\n".join(lines) + "\n")
+    def write(no_requeue):                                      # metrics off (port 0)
+        path.write_text(config_text(cluster, root, 0, mode="authoritative", grace_seconds=1, rounds_per_restart=0,
+                                    no_requeue=no_requeue))
 
     write("schedule")
     ctl = Controller(load_config(path))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import dispositions
 from tests.slurm_fixtures import make_root, wait_for
 from tests.test_service_metrics import free_port
 
@@ -26,16 +27,6 @@ def metrics(port: int) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
-
-
-def dispositions(*ignored):
-    """A child's preexec_fn: SIGTERM, SIGHUP and SIGINT at their defaults, as a terminal starts a command, but
-    `ignored`; the controller keeps a signal ignored at its start ignored, so a test runner started under `nohup` or
-    in the background of a script (SIGHUP, SIGINT ignored) must not pass that on to a controller it signals."""
-    def preexec():
-        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
-    return preexec
 
 
 def config_text(cluster, root: Path, port: int, **ctl) -> str:

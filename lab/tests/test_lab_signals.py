@@ -16,12 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from tests.helpers import dispositions
 from tests.slurm_fixtures import make_root
 
 pytestmark = pytest.mark.slurm
@@ -100,20 +99,6 @@ def _wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     return False
 
 
-@contextmanager
-def _as_from_a_terminal() -> Iterator[None]:
-    """SIGTERM, SIGHUP and SIGINT at their defaults while a command is started, as a terminal's foreground command has
-    them: a test runner started with `nohup` has SIGHUP ignored, one started in the background of a non-interactive
-    shell (`pytest ... &`) SIGINT; its commands would inherit that, and a command keeps an ignored signal ignored
-    (shockwave_lab.localcluster.signals; test_a_signal_ignored_when_the_command_starts_stays_ignored)."""
-    old = {s: signal.signal(s, signal.SIG_DFL) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def _send(proc: subprocess.Popen, sig: int) -> None:
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)            # a terminal's Ctrl-C reaches the whole foreground group
@@ -130,10 +115,10 @@ def _interrupt(argv: list, sig: int, phase: str, delay: float, marker, what: str
     directory = make_root("shockwave-signals-")
     directory.chmod(0o1777)                 # like /tmp: jobs of the replay's users write their TMPDIR here
     log = directory / "command.log"
-    with open(log, "wb") as out, _as_from_a_terminal():
+    with open(log, "wb") as out:   # signals at their defaults, as a terminal starts a command (tests.helpers)
         proc = subprocess.Popen(argv, env={**os.environ, "TMPDIR": str(directory), "PYTHONUNBUFFERED": "1"},
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(directory))
+                                start_new_session=True, cwd=str(directory), preexec_fn=dispositions())
     case = f"{what}, {signal.Signals(sig).name} {delay:.2f} s into phase {phase!r} (seed {SEED})"
     try:
         reached = _wait_for(lambda: proc.poll() is not None or marker(directory, log), 120, interval=0.005)
