@@ -1,29 +1,31 @@
 """Nodes: on which nodes a placed round runs, on a cluster whose view lists its nodes (`ClusterView.nodes`).
 
 Placement (placement.py) decides each gang's GPU type; this stage decides its nodes.  A gang runs on one node of its
-type, a gang larger than any node on whole free nodes of its type (as many as it needs, all of one size dividing
-it).  A running job stays where it runs (`JobView.nodes`) while it keeps its type and count, a job the policy gave
-nodes (`RoundDecision.nodes`, plain Slurm's backfill plans on nodes) goes there when they have room; the others go, the
+type, a gang larger than any node on whole free nodes of its type (as many as it needs, all of one size dividing it).  A
+running job stays where it runs (`JobView.nodes`) while it keeps its type and count, a job the policy gave nodes
+(`RoundDecision.nodes`, plain Slurm's backfill plans on nodes) goes there when they have room; the others go, the
 largest gang first, to the node with the fewest free GPUs that fits them (best fit keeps whole nodes free for big
-gangs).  When no node has room for a gang, smaller one-node jobs on the node that needs the fewest GPUs moved are
-moved to other nodes (by best fit) to make room: a move is a restart, as a preemption, and happens only when
-`moves` allows it (a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  Under
-the preemption gate (`gated`) a job within its last round of work is never moved: the move would be wasted by the
-gate's own rule (solver/preemption.py `wasted`), and the gang waits at most that round for its GPUs.  (The gate's
-restart bound is not applied to moves: what each rule costs, measured, `docs/guarantees.md` section 6.)  A job that
-may not be preempted (solver/pinned.py) is never moved.  A
-job whose user asked for its nodes (`JobView.allowed_nodes`, Slurm's --nodelist) is placed after the running jobs,
-on exactly those nodes (no moves to make room), and never moved.  A job that still fits no node is left out of the
-round with a reason; the rest of the round runs.
+gangs).  When no node has room for a gang, smaller one-node jobs on the node that needs the fewest GPUs moved are moved
+to other nodes (by best fit) to make room: a move is a restart, as a preemption, and happens only when `moves` allows it
+(a policy that never preempts, such as plain Slurm, keeps its running jobs where they run).  Under the preemption gate
+(`gated`) a job within its last round of work is not moved: the move would be wasted by the gate's own rule
+(solver/preemption.py `wasted`), and the gang waits at most that round for its GPUs (and its slack: a job `outlived` its
+last round, `preemption.LastRounds`, may be moved).  (The gate's restart bound is not applied to moves: what each rule
+costs, measured, `docs/guarantees.md` section 6.) A job that may not be preempted (solver/pinned.py) is never moved.  A
+job whose user asked for its nodes (`JobView.allowed_nodes`, Slurm's --nodelist) is placed after the running jobs, on
+exactly those nodes (no moves to make room), and never moved.  A job that still fits no node is left out of the round
+with a reason; the rest of the round runs.
 
-* `assign_nodes(view, decision, moves=True, gated=True)`: the decision with `nodes` (job -> node names), the jobs
-  that fit no node dropped from `run`, `placement` and their plan's rule (the reason names a running job a move would
-  have made room with, had it not been in its last round); the decision itself when the view has no nodes.
-  `gated`: False for the reference's semantics (no preemption gate).
+* `assign_nodes(view, decision, moves=True, gated=True, outlived=frozenset())`: the decision with `nodes` (job ->
+  node names), the jobs that fit no node dropped from `run`, `placement` and their plan's rule (the reason names a
+  running job a move would have made room with, had it not been in its last round); the decision itself when the
+  view has no nodes.  `gated`: False for the reference's semantics (no preemption gate); `outlived`: jobs past
+  their last round (`preemption.LastRounds`), which may be moved.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import replace
 from typing import Any
 
@@ -157,12 +159,12 @@ def _evict(
     return None
 
 
-def unmovable(view: ClusterView, decision: RoundDecision) -> dict[Any, float]:
+def unmovable(view: ClusterView, decision: RoundDecision, outlived: Set[Any] = frozenset()) -> dict[Any, float]:
     """{running job: its seconds of work left} of each running job a move would waste (preemption.wasted: within
-    its last round of work)."""
+    its last round of work, and not `outlived` it)."""
     out = {}
     for j in view.jobs:
-        if j.ran_last_round and j.nodes:
+        if j.ran_last_round and j.nodes and j.job_id not in outlived:
             left = preemption.work_left_s(j, decision.plans.get(j.job_id))
             if left is not None and preemption.wasted(left, view.round_length):
                 out[j.job_id] = left
@@ -174,6 +176,7 @@ def assign_nodes(
     decision: RoundDecision,
     moves: bool = True,
     gated: bool = True,
+    outlived: Set[Any] = frozenset(),
 ) -> RoundDecision:
     """See the module docstring."""
     if not view.nodes:
@@ -185,7 +188,7 @@ def assign_nodes(
     current = {jid: tuple(jobs[jid].nodes) for jid in order if jobs[jid].nodes and jobs[jid].ran_last_round}
     asked = {jid: tuple(n) for jid, n in decision.nodes.items() if jid in gangs and n}  # the policy's own nodes
     required = {jid: tuple(jobs[jid].allowed_nodes) for jid in order if jobs[jid].allowed_nodes}
-    stay = unmovable(view, decision) if moves and gated else {}
+    stay = unmovable(view, decision, outlived) if moves and gated else {}
     blocked: dict[Any, Any] = {}
     best = _pack(view, order, gangs, kinds, {**current, **asked}, moves, required, stay, blocked)
     if not moves:  # a job that runs stays where it runs, or does not run

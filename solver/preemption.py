@@ -1,25 +1,26 @@
 """The preemption gate: a running job that lost its round is preempted only when the preemption pays.
 
-A preemption costs the job a checkpoint, a requeue and a restart (`cost_s`: measured per job from its own
-events by the backend, a default before the first measurement).  It pays only when the plan keeps the job off
-its GPUs for longer than that cost; a job within its last round of work is never preempted (it would be done
-before the cost is recovered), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds
-of the time it has run so far (3 restarts per hour at the default 120 s rounds; what is left is only a prediction,
-so it does not count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the decision
-starts this round (the last of the run order first: policies list their run set in priority order; a job the restart
-bound keeps, its own user's first, then those of users who would still hold at least as many GPUs for their weight:
-the bound never buys a user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the
-longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes
-before the bound on another's restarts); when those do not free enough GPUs of its type it is preempted after all.
-An elastic job that runs on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart
-bound, and one the gate keeps for a waste it saves keeps only those GPUs (`held`).
+A preemption costs the job a checkpoint, a requeue and a restart (`cost_s`: measured per job from its own events by the
+backend, a default before the first measurement).  It pays only when the plan keeps the job off its GPUs for longer than
+that cost; a job within its last round of work is not preempted (it would be done before the cost is recovered; only in
+the round it is first found there and LAST_ROUND_SLACK more, `LastRounds`: an estimate that never grows past a round
+keeps no job forever), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds of the time
+it has run so far (3 restarts per hour at the default 120 s rounds; what is left is only a prediction, so it does not
+count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the decision starts this round
+(the last of the run order first: policies list their run set in priority order; a job the restart bound keeps, its own
+user's first, then those of users who would still hold at least as many GPUs for their weight: the bound never buys a
+user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the longest wait: a
+reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes before the bound on
+another's restarts); when those do not free enough GPUs of its type it is preempted after all. An elastic job that runs
+on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps
+for a waste it saves keeps only those GPUs (`held`).
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
 next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
 loop and the controller alike.  The work left is `work_left_s`: the least of the plan's prediction and the view's
 steps at its throughput (the controller's count reads the latter).
 
-Pure: numbers in, decision out (no I/O, no backend).
+The round loop keeps a `LastRounds` from round to round; the rest is pure: numbers in, decision out (no I/O).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 #: replay at a shorter round keeps the same proportion.  A preemption the gate cannot avoid (its GPUs went to
 #: running jobs) may pass it.  The controller's `rounds_per_restart` (ControllerConfig) defaults to it
 ROUNDS_PER_RESTART = 10
+
+
+#: the last-round rule keeps a job in the round it is first found within its last round of work and in this many
+#: more (a round's slack for its end: the wrapper's last report, Slurm's completion), not later
+LAST_ROUND_SLACK = 1
 
 
 @dataclass(frozen=True)
@@ -78,11 +84,13 @@ def verdict(
     restarts: int = 0,
     run_s: float = 0.0,
     rounds_per_restart: int = ROUNDS_PER_RESTART,
+    outlived: bool = False,
 ) -> Verdict:
     """Does preempting a job pay?  `off_s`: how long the plan keeps it off (None: not in the planned window);
-    `restarts`, `run_s`: its restarts and seconds of run so far (ROUNDS_PER_RESTART)."""
+    `restarts`, `run_s`: its restarts and seconds of run so far (ROUNDS_PER_RESTART); `outlived`: past its last round
+    (`LastRounds`)."""
     source = "measured" if measured else "default"
-    if wasted(left_s, round_length) is not None:
+    if not outlived and wasted(left_s, round_length) is not None:
         return Verdict(False, f"within its last round of work ({left_s:.0f} s left)", cost_s, off_s, left_s)
     if off_s is not None and off_s <= cost_s:
         return Verdict(
@@ -102,7 +110,9 @@ def verdict(
             bound=True,
         )
     off = f"off for {off_s:.0f} s" if off_s is not None else "not planned in the window"
-    return Verdict(True, f"{off}, more than its preemption cost ({cost_s:.0f} s, {source})", cost_s, off_s, left_s)
+    past = f"ran past the last round of work it was kept for ({left_s or 0:.0f} s said left); " if outlived else ""
+    why = f"{past}{off}, more than its preemption cost ({cost_s:.0f} s, {source})"
+    return Verdict(True, why, cost_s, off_s, left_s)
 
 
 def wasted(
@@ -123,12 +133,13 @@ def gate(
     default_cost_s: float,
     stopping: Set[Any] = frozenset(),
     rounds_per_restart: int = ROUNDS_PER_RESTART,
+    outlived: Set[Any] = frozenset(),
 ) -> tuple[RoundDecision, dict[Any, Any]]:
     """(the decision with the jobs whose preemption would not pay kept running, {job: Verdict} of every job
     that lost its round).  The plan of each judged job carries the verdict's line in `reason` (the controller's
     annotations complete it).  `costs`: measured preemption cost per job (seconds); `stopping`: jobs whose
     preemption is already under way (neither kept nor judged again); `rounds_per_restart`: the restart bound
-    (ROUNDS_PER_RESTART; 0: none)."""
+    (ROUNDS_PER_RESTART; 0: none); `outlived`: jobs past the last round of work they were kept for (`LastRounds`)."""
     run = list(decision.run)
     placement = {j: dict(p) for j, p in decision.placement.items()}
     plans = dict(decision.plans)
@@ -152,6 +163,7 @@ def gate(
             j.restarts,
             j.run_time,
             0 if lent else rounds_per_restart,
+            j.job_id in outlived,
         )
     # the jobs closest to their end first: they lose the most by a preemption
     for j in sorted(
@@ -181,6 +193,26 @@ def gate(
         if v.pays:
             plans[jid] = replace(plans.get(jid) or JobPlan(jid), reason=v.why)
     return replace(decision, run=tuple(run), placement=placement, plans=plans), verdicts
+
+
+class LastRounds:
+    """{running job: the round it was first found within its last round of work}; a job that stops running is
+    forgotten (its next run starts afresh).  `outlived`: the jobs found there more than LAST_ROUND_SLACK rounds ago."""
+
+    def __init__(self) -> None:
+        self._since: dict[Any, int] = {}
+
+    def outlived(self, view: ClusterView, round_no: int) -> frozenset[Any]:
+        """The running jobs past the last round of work they were first found in, by `round_no` (the loop's count)."""
+        running = {j.job_id for j in view.jobs if j.ran_last_round}
+        self._since = {j: r for j, r in self._since.items() if j in running}
+        return frozenset(j for j, r in self._since.items() if round_no - r > LAST_ROUND_SLACK)
+
+    def note(self, view: ClusterView, decision: RoundDecision, round_no: int) -> None:
+        """Remembers the running jobs this round's plans find within their last round of work (`work_left_s`)."""
+        for j in (j for j in view.jobs if j.ran_last_round and j.job_id not in self._since):
+            if wasted(work_left_s(j, decision.plans.get(j.job_id)), view.round_length) == "last_round":
+                self._since[j.job_id] = round_no
 
 
 def held(job: JobView) -> int:

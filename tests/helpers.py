@@ -6,6 +6,7 @@ import signal
 
 from shockwave_lab.workload.jobs import JobSpec
 from solver.types import ClusterView, JobView
+from slurm_shockwave.backends.base import ClusterBackend
 from shockwave_lab.workload.throughputs import ThroughputTable
 from shockwave_lab.workload import profiles
 
@@ -74,3 +75,22 @@ def dispositions(*ignored):
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
     return preexec
+
+
+class ScriptedViews(ClusterBackend):
+    """A backend whose views are a script, one per round; the decisions kept (what a round loop decided on them)."""
+
+    def __init__(self, views):
+        self.views, self.decisions = list(views), []
+
+    def observe(self):
+        return self.views[len(self.decisions)]
+
+    def apply(self, decision):
+        self.decisions.append(decision)
+
+    def advance(self):
+        pass
+
+    def done(self):
+        return len(self.decisions) == len(self.views)

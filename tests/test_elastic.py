@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_shockwave.backends.base import ClusterBackend, check_decision
+from slurm_shockwave.backends.base import check_decision
 from slurm_shockwave.controller.loop import RoundLoop
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.record import RoundRecord
@@ -18,6 +18,7 @@ from solver.placement import check_placement, place
 from solver.policies.base import Policy
 from solver.preemption import gate, held
 from solver.types import RULES, ClusterView, JobPlan, JobView, RoundDecision
+from tests.helpers import ScriptedViews
 
 ROUND = 120.0
 COST = 30.0
@@ -135,25 +136,6 @@ def test_a_job_changed_less_than_a_round_ago_is_not_grown_again_while_it_runs():
     assert gpus(sized(busy, ["e", "n"], recent=frozenset({"e"}))[0], "e") == 4
 
 
-class _Views(ClusterBackend):
-    """The views of a script, one per round; the decisions kept."""
-
-    def __init__(self, views):
-        self.views, self.decisions = list(views), []
-
-    def observe(self):
-        return self.views[len(self.decisions)]
-
-    def apply(self, decision):
-        self.decisions.append(decision)
-
-    def advance(self):
-        pass
-
-    def done(self):
-        return len(self.decisions) == len(self.views)
-
-
 class _Run(Policy):
     name = "run-all"
     sizes_elastic_jobs = True
@@ -170,7 +152,7 @@ def test_the_round_loop_does_not_grow_a_job_again_within_a_round_of_its_change()
     views = [ClusterView(0.0, 0, ROUND, 4, (jv("a", **a), jv("b", gpus=2, elastic=False, ran=True, run_s=5000.0))),
              ClusterView(60.0, 1, ROUND, 4, (jv("a", running=2, **a),)),
              ClusterView(120.0, 2, ROUND, 4, (jv("a", running=2, **a),))]
-    backend = _Views(views)
+    backend = ScriptedViews(views)
     loop = RoundLoop(backend, _Run(), preemption_cost_s=COST)
     while not backend.done():
         loop.run_round()

@@ -12,7 +12,7 @@ from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.events.schema import Event
 from slurm_shockwave.events.summary import summarize
 from shockwave_lab.sim.cluster import SimulatedCluster
-from tests.helpers import job, table
+from tests.helpers import ScriptedViews, job, table
 
 ROUND = 20.0
 
@@ -221,3 +221,53 @@ def test_a_kept_job_takes_from_its_own_user_first_and_never_from_a_poorer_user()
     g, verdicts = gate(view, d, {}, 30.0)
     assert set(g.run) == {4, 3} and verdicts[1].pays
     assert verdicts[1].why.endswith("but its GPUs went to running jobs or other users")
+
+
+class _AllBut1(Policy):
+    name = "all-but-1"
+
+    def decide(self, view):
+        return RoundDecision(run=tuple(j.job_id for j in view.jobs if j.job_id != 1),
+                             plans={j.job_id: JobPlan(j.job_id) for j in view.jobs})
+
+
+def test_a_job_whose_estimate_never_grows_past_a_round_is_kept_in_its_last_round_once_not_forever():
+    """Its hints say one round of work (epochs=1, no reports): a job that outlives it every round was kept by the
+    last-round rule forever (found 2026-12-06 by a real-Slurm test).  Kept in the round it is first found there and
+    the next (the slack for its end, LAST_ROUND_SLACK), preempted in the one after with the reason; a new run (it
+    stopped running in between) is kept again."""
+    from solver.preemption import LAST_ROUND_SLACK
+    assert LAST_ROUND_SLACK == 1
+    stuck, other = jv(1, True, 2.0), jv(2, False, 900.0)
+    rounds = [(stuck, other)] * 3 + [(jv(1, False, 2.0), other), (stuck, other)]
+    views = [ClusterView(now=k * ROUND, round_index=k, round_length=ROUND, num_gpus=1, jobs=jobs)
+             for k, jobs in enumerate(rounds)]
+    backend = ScriptedViews(views)
+    loop = RoundLoop(backend, _AllBut1(), preemption_cost_s=5.0, rounds_per_restart=0)
+    loop.run()
+    assert [d.run for d in backend.decisions] == [(1,), (1,), (2,), (2,), (1,)]
+    assert backend.decisions[1].plans[1].reason.startswith("within its last round of work (2 s left)")
+    assert backend.decisions[2].plans[1].reason.startswith(
+        "ran past the last round of work it was kept for (2 s said left); not planned in the window")
+    assert loop.preemptions["kept"] == 3 and loop.preemptions["preempted"] == 1
+
+
+
+def test_last_rounds_remembers_a_run_not_a_job():
+    """LastRounds: found within its last round in round 0, outlived from round 2 on (LAST_ROUND_SLACK); a job that
+    stopped running is forgotten, and its next run counts afresh."""
+    from dataclasses import replace as with_
+
+    from solver.preemption import LastRounds
+    view = ClusterView(now=0.0, round_index=0, round_length=ROUND, num_gpus=2,
+                       jobs=(jv(1, True, 2.0), jv(2, True, 900.0)))
+    d = decided(view, (1, 2), {1: JobPlan(1), 2: JobPlan(2)})
+    memory, outlived = LastRounds(), []
+    for k in range(4):
+        outlived.append(memory.outlived(view, k))
+        memory.note(view, d, k)
+    assert outlived == [frozenset(), frozenset(), frozenset({1}), frozenset({1})]   # job 2 has 900 s left
+    stopped = with_(view, jobs=(with_(view.jobs[0], ran_last_round=False), view.jobs[1]))
+    assert memory.outlived(stopped, 4) == frozenset()
+    memory.note(view, d, 5)
+    assert memory.outlived(view, 6) == frozenset() and memory.outlived(view, 7) == frozenset({1})

@@ -95,6 +95,7 @@ class RoundLoop:
         self._last_run: set[Any] | None = None  # the previous round's run set (None: no round yet)
         self.last_resizes: dict[Any, elastic.Sizing] = {}
         self._changed_at: dict[Any, float] = {}  # job -> `now` of the round that last changed its count
+        self._last_rounds, self._outlived = preemption.LastRounds(), frozenset[Any]()  # past their last round
         # this round's {"preempted": [...], "kept": [...], "wasted": {job: why}}
         self.last_preemptions: dict[str, Any] = {}
         self.records: list[RoundRecord] = []
@@ -154,12 +155,14 @@ class RoundLoop:
         held = pinned.pin(view, decision)
         if held is not decision:  # the policy's decision was checked; only a changed one is checked again
             decision = check_decision(view, held)
+        self._outlived = self._last_rounds.outlived(view, self.rounds)
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
             gated, _verdicts = preemption.gate(
-                view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart
+                view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart, self._outlived
             )
             decision = check_decision(view, gated)
+        self._last_rounds.note(view, decision, self.rounds)
         run = set(decision.run)
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
         wasted: dict[Any, str] = {}
@@ -191,7 +194,7 @@ class RoundLoop:
         if view.nodes:
             moves = getattr(self.policy, "moves_running_jobs", True)
             gated = self.preemption_cost_s is not None  # a move is a restart: the gate's last-round rule holds
-            placed = assign_nodes(view, sized, moves, gated)
+            placed = assign_nodes(view, sized, moves, gated, self._outlived)
             lost = frozenset(j for j in self.last_resizes if j in sized.run and j not in placed.run)
             if lost:
                 sized, self.last_resizes = elastic.size(
@@ -205,7 +208,7 @@ class RoundLoop:
                     recent,
                 )
                 sized = check_decision(view, sized)
-                placed = assign_nodes(view, sized, moves, gated)
+                placed = assign_nodes(view, sized, moves, gated, self._outlived)
             self.moves += len(moved(view, placed))
             sized = placed
         # a job that lost its round but runs on fewer GPUs was resized, not preempted; then the preemptions count
