@@ -17,6 +17,8 @@ import pytest
 from shockwave_lab.localcluster import SlurmUnavailable
 from slurm_shockwave.controller.config import config_from_dict
 from slurm_shockwave.controller.daemon import Controller
+from solver.preemption import LAST_ROUND_SLACK
+from solver.types import JobPlan
 from tests.framework_jobs import (
     EPOCHS,
     MARGIN,
@@ -252,6 +254,11 @@ def test_a_job_that_never_polls_is_requeued_held_after_the_grace(scenario):
     row = next(r for r in s.ignorer_status["jobs"] if r["job_id"] == str(s.ignorer))
     assert row["state"] == "HELD" and row["restarts"] == 1, row           # what `shockwave status` shows
     assert _runs(evs, "exit")[-1].exit_code == 0                          # released later, it completed
+    # its hints say one epoch and it reports none: the last-round rule kept it at most LAST_ROUND_SLACK + 1 rounds
+    # (before, in 2 of about 10 runs, in every round: never preempted; solver/preemption.py LastRounds)
+    plans = [r.decision.plans.get(s.ignorer) or JobPlan(0) for r in s.ctl.loop.records]
+    last = [p for p in plans if p.rule == "kept" and "within its last round of work" in p.reason]
+    assert len(last) <= LAST_ROUND_SLACK + 1, [p.reason for p in last]
 
 
 def test_sigterm_under_torchrun_checkpoints_and_leaves_nothing(scenario):
