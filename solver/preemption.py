@@ -196,8 +196,8 @@ def gate(
 
 
 class LastRounds:
-    """{running job: the round it was first found within its last round of work}; a job that stops running is
-    forgotten (its next run starts afresh).  `outlived`: the jobs found there more than LAST_ROUND_SLACK rounds ago."""
+    """{running job: the round its steps (`remaining_s(job, None)`) first said it was within its last round of work},
+    forgotten when it stops running.  A job whose plan alone says so is kept while it does (docs/results_notes.md)."""
 
     def __init__(self) -> None:
         self._since: dict[Any, int] = {}
@@ -208,10 +208,9 @@ class LastRounds:
         self._since = {j: r for j, r in self._since.items() if j in running}
         return frozenset(j for j, r in self._since.items() if round_no - r > LAST_ROUND_SLACK)
 
-    def note(self, view: ClusterView, decision: RoundDecision, round_no: int) -> None:
-        """Remembers the running jobs this round's plans find within their last round of work (`work_left_s`)."""
+    def note(self, view: ClusterView, round_no: int) -> None:
         for j in (j for j in view.jobs if j.ran_last_round and j.job_id not in self._since):
-            if wasted(work_left_s(j, decision.plans.get(j.job_id)), view.round_length) == "last_round":
+            if wasted(remaining_s(j, None), view.round_length) == "last_round":
                 self._since[j.job_id] = round_no
 
 

@@ -212,7 +212,6 @@ THR = table({("ResNet-18", 32, g): 10.0 * g for g in (1, 2, 4, 8)} | {("LM", 10,
 @pytest.mark.parametrize("policy", ["shockwave-edf", "slurm-multifactor", "max_min_fairness", "pollux"])
 def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
     jobs = random_workload(1, 24, 4, THR)        # seed 1: without the rule a job is moved within its last round
-    # (job 3 is moved when its plan has said 0.001 s left for three rounds: its predictor expected a larger batch)
     sim = SimulatedCluster(jobs, THR, 16, gpus_per_node=4)
     gated = policy == "shockwave-edf"                  # the controller's gate: a move must pass it too
     loop = RoundLoop(sim, make_policy(policy), preemption_cost_s=20.0 if gated else None)
@@ -221,7 +220,7 @@ def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
     loop.run()
     assert len(sim.finished) == 24
     assert all(rec.view.nodes == {f"n{i:02d}": (GPU, 4) for i in range(4)} for rec in seen)
-    since: dict = {}  # running job -> the round it was first within its last round of work (by its plan then)
+    since: dict = {}  # running job -> the round its steps first said it was within its last round of work
     for k, rec in enumerate(seen):
         check(rec.view, rec.decision)
         jobs = {j.job_id: j for j in rec.view.jobs}
@@ -231,8 +230,7 @@ def test_the_simulator_with_nodes_runs_every_job_within_each_node(policy):
                 left = preemption.work_left_s(jobs[jid], rec.decision.plans.get(jid))   # outlived that round
                 assert not preemption.wasted(left, 120.0) or k - since[jid] > preemption.LAST_ROUND_SLACK
         for j in rec.view.jobs:
-            left = preemption.work_left_s(j, rec.decision.plans.get(j.job_id))
-            if j.ran_last_round and preemption.wasted(left, 120.0):
+            if j.ran_last_round and preemption.wasted(preemption.remaining_s(j, None), 120.0):
                 since.setdefault(j.job_id, k)
     if policy == "slurm-multifactor":
         assert loop.moves == 0                  # plain Slurm never moves a running job

@@ -254,20 +254,22 @@ def test_a_job_whose_estimate_never_grows_past_a_round_is_kept_in_its_last_round
 
 
 def test_last_rounds_remembers_a_run_not_a_job():
-    """LastRounds: found within its last round in round 0, outlived from round 2 on (LAST_ROUND_SLACK); a job that
-    stopped running is forgotten, and its next run counts afresh."""
+    """LastRounds: found within its last round (by its own steps) in round 0, outlived from round 2 on
+    (LAST_ROUND_SLACK); a job that stopped running is forgotten, and its next run counts afresh.  A job whose plan
+    alone says it is ending (steps left: 900 s) is not counted: the plan's estimate keeps it while it says so."""
     from dataclasses import replace as with_
 
     from solver.preemption import LastRounds
     view = ClusterView(now=0.0, round_index=0, round_length=ROUND, num_gpus=2,
                        jobs=(jv(1, True, 2.0), jv(2, True, 900.0)))
-    d = decided(view, (1, 2), {1: JobPlan(1), 2: JobPlan(2)})
+    d = decided(view, (1,), {1: JobPlan(1), 2: JobPlan(2, next_offset=3, predicted_remaining_s=0.001)})
     memory, outlived = LastRounds(), []
     for k in range(4):
         outlived.append(memory.outlived(view, k))
-        memory.note(view, d, k)
-    assert outlived == [frozenset(), frozenset(), frozenset({1}), frozenset({1})]   # job 2 has 900 s left
+        memory.note(view, k)
+    assert outlived == [frozenset(), frozenset(), frozenset({1}), frozenset({1})]
+    assert not gate(view, d, {}, 5.0, rounds_per_restart=0, outlived=outlived[-1])[1][2].pays   # its plan: 0.001 s
     stopped = with_(view, jobs=(with_(view.jobs[0], ran_last_round=False), view.jobs[1]))
     assert memory.outlived(stopped, 4) == frozenset()
-    memory.note(view, d, 5)
+    memory.note(view, 5)
     assert memory.outlived(view, 6) == frozenset() and memory.outlived(view, 7) == frozenset({1})

@@ -162,7 +162,7 @@ class RoundLoop:
                 view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart, self._outlived
             )
             decision = check_decision(view, gated)
-        self._last_rounds.note(view, decision, self.rounds)
+        self._last_rounds.note(view, self.rounds)
         run = set(decision.run)
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
         wasted: dict[Any, str] = {}
