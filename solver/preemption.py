@@ -2,9 +2,9 @@
 
 A preemption costs the job a checkpoint, a requeue and a restart (`cost_s`: measured per job from its own events by the
 backend, a default before the first measurement).  It pays only when the plan keeps the job off its GPUs for longer than
-that cost; a job within its last round of work is not preempted (it would be done before the cost is recovered; only in
-the round it is first found there and LAST_ROUND_SLACK more, `LastRounds`: an estimate that never grows past a round
-keeps no job forever), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds of the time
+that cost; a job within its last round of work is not preempted (it would be done before the cost is recovered; while
+its steps left halve every LAST_ROUND_SLACK + 1 rounds, `LastRounds`: an estimate that never grows past a round keeps
+no job forever), nor one that would then have restarted more than once per ROUNDS_PER_RESTART rounds of the time
 it has run so far (3 restarts per hour at the default 120 s rounds; what is left is only a prediction, so it does not
 count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the decision starts this round
 (the last of the run order first: policies list their run set in priority order; a job the restart bound keeps, its own
@@ -40,8 +40,8 @@ from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 ROUNDS_PER_RESTART = 10
 
 
-#: the last-round rule keeps a job in the round it is first found within its last round of work and in this many
-#: more (a round's slack for its end: the wrapper's last report, Slurm's completion), not later
+#: the last-round rule keeps a job in its first round there and this many more (a round's slack for its end: its last
+#: report, Slurm's completion), later only while its steps left halve every this many rounds plus one
 LAST_ROUND_SLACK = 1
 
 
@@ -196,22 +196,23 @@ def gate(
 
 
 class LastRounds:
-    """{running job: the round its steps (`remaining_s(job, None)`) first said it was within its last round of work},
-    forgotten when it stops running.  A job whose plan alone says so is kept while it does (docs/results_notes.md)."""
+    """{running job: its steps left in each round since they said it was within its last round}, forgotten when it stops
+    running.  `outlived`: the steps left did not halve in LAST_ROUND_SLACK + 1 rounds (no progress reported, or past its
+    declared work).  A job whose plan alone says it is ending is kept while it does (docs/results_notes.md)."""
 
     def __init__(self) -> None:
-        self._since: dict[Any, int] = {}
+        self._left: dict[Any, list[float]] = {}
 
-    def outlived(self, view: ClusterView, round_no: int) -> frozenset[Any]:
-        """The running jobs past the last round of work they were first found in, by `round_no` (the loop's count)."""
-        running = {j.job_id for j in view.jobs if j.ran_last_round}
-        self._since = {j: r for j, r in self._since.items() if j in running}
-        return frozenset(j for j, r in self._since.items() if round_no - r > LAST_ROUND_SLACK)
+    def outlived(self, view: ClusterView) -> frozenset[Any]:
+        jobs = {j.job_id: j for j in view.jobs if j.ran_last_round}
+        self._left, n = {j: s for j, s in self._left.items() if j in jobs}, LAST_ROUND_SLACK + 1
+        return frozenset(j for j, s in self._left.items() if len(s) >= n and jobs[j].steps_remaining >= s[-n] / 2)
 
-    def note(self, view: ClusterView, round_no: int) -> None:
-        for j in (j for j in view.jobs if j.ran_last_round and j.job_id not in self._since):
-            if wasted(remaining_s(j, None), view.round_length) == "last_round":
-                self._since[j.job_id] = round_no
+    def note(self, view: ClusterView) -> None:
+        for j in (j for j in view.jobs if j.ran_last_round):
+            if j.job_id in self._left or wasted(remaining_s(j, None), view.round_length) == "last_round":
+                left = [*self._left.get(j.job_id, []), float(j.steps_remaining)]
+                self._left[j.job_id] = left[-LAST_ROUND_SLACK - 1 :]
 
 
 def held(job: JobView) -> int:

@@ -253,23 +253,30 @@ def test_a_job_whose_estimate_never_grows_past_a_round_is_kept_in_its_last_round
 
 
 
-def test_last_rounds_remembers_a_run_not_a_job():
-    """LastRounds: found within its last round (by its own steps) in round 0, outlived from round 2 on
-    (LAST_ROUND_SLACK); a job that stopped running is forgotten, and its next run counts afresh.  A job whose plan
-    alone says it is ending (steps left: 900 s) is not counted: the plan's estimate keeps it while it says so."""
+def test_last_rounds_keeps_a_job_while_its_steps_left_halve_and_remembers_a_run_not_a_job():
+    """LastRounds: found within its last round (by its own steps) in round 0; from round 2 on (LAST_ROUND_SLACK) a job
+    whose steps left did not halve in the two rounds before has outlived it (no progress; past its declared work:
+    none left), one that ends slower than its estimate still halves them.  A job that stopped running is forgotten,
+    and its next run counts afresh.  A job whose plan alone says it is ending (steps left: 900 s) is not counted."""
     from dataclasses import replace as with_
 
     from solver.preemption import LastRounds
-    view = ClusterView(now=0.0, round_index=0, round_length=ROUND, num_gpus=2,
-                       jobs=(jv(1, True, 2.0), jv(2, True, 900.0)))
-    d = decided(view, (1,), {1: JobPlan(1), 2: JobPlan(2, next_offset=3, predicted_remaining_s=0.001)})
+
+    def view_at(k):
+        slow = max(0.0, 100.0 - 30.0 * k)                       # 100 s left by its estimate; it runs slower
+        return ClusterView(now=k * ROUND, round_index=k, round_length=ROUND, num_gpus=4,
+                           jobs=(jv(1, True, 2.0), jv(2, True, 900.0), jv(3, True, slow), jv(4, True, 0.0)))
+    d = decided(view_at(0), (1,), {1: JobPlan(1), 2: JobPlan(2, next_offset=3, predicted_remaining_s=0.001)})
     memory, outlived = LastRounds(), []
     for k in range(4):
-        outlived.append(memory.outlived(view, k))
-        memory.note(view, k)
-    assert outlived == [frozenset(), frozenset(), frozenset({1}), frozenset({1})]
-    assert not gate(view, d, {}, 5.0, rounds_per_restart=0, outlived=outlived[-1])[1][2].pays   # its plan: 0.001 s
-    stopped = with_(view, jobs=(with_(view.jobs[0], ran_last_round=False), view.jobs[1]))
-    assert memory.outlived(stopped, 4) == frozenset()
-    memory.note(view, 5)
-    assert memory.outlived(view, 6) == frozenset() and memory.outlived(view, 7) == frozenset({1})
+        outlived.append(memory.outlived(view_at(k)))
+        memory.note(view_at(k))
+    assert outlived == [frozenset(), frozenset(), frozenset({1, 4}), frozenset({1, 4})]
+    assert not gate(view_at(0), d, {}, 5.0, rounds_per_restart=0, outlived=outlived[-1])[1][2].pays   # plan: 0.001 s
+    v = view_at(4)
+    stopped = with_(v, jobs=(with_(v.jobs[0], ran_last_round=False), *v.jobs[1:]))
+    assert memory.outlived(stopped) == frozenset({4})                # job 3: 0 left, down from 40 two rounds before
+    memory.note(v)
+    assert memory.outlived(v) == frozenset({4})                      # job 1's new run: found this round
+    memory.note(v)
+    assert memory.outlived(v) == frozenset({1, 3, 4})                # job 3 now stays at 0: past its work

@@ -155,14 +155,14 @@ class RoundLoop:
         held = pinned.pin(view, decision)
         if held is not decision:  # the policy's decision was checked; only a changed one is checked again
             decision = check_decision(view, held)
-        self._outlived = self._last_rounds.outlived(view, self.rounds)
+        self._outlived = self._last_rounds.outlived(view)
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
             gated, _verdicts = preemption.gate(
                 view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart, self._outlived
             )
             decision = check_decision(view, gated)
-        self._last_rounds.note(view, self.rounds)
+        self._last_rounds.note(view)
         run = set(decision.run)
         lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in run and j.job_id not in stopping]
         wasted: dict[Any, str] = {}
