@@ -15,12 +15,9 @@ another's restarts); when those do not free enough GPUs of its type it is preemp
 on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps
 for a waste it saves keeps only those GPUs (`held`).
 
-A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the
-next round boundary (it freed its GPUs for less than a round): `wasted` is that one rule, for the simulator's
-loop and the controller alike.  The work left is `work_left_s`: the least of the plan's prediction and the view's
-steps at its throughput (the controller's count reads the latter).
-
-The round loop keeps a `LastRounds` from round to round; the rest is pure: numbers in, decision out (no I/O).
+A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the next round
+boundary (it freed its GPUs for less than a round): `wasted`, for the simulator's loop and the controller alike, of the
+work left `work_left_s` (on the GPUs it keeps).  The round loop keeps a `LastRounds`; the rest is pure (no I/O).
 """
 
 from __future__ import annotations
@@ -68,11 +65,14 @@ def remaining_s(job: JobView, plan: JobPlan | None) -> float | None:
 
 def work_left_s(job: JobView, plan: JobPlan | None) -> float | None:
     """What the last-round rule reads: the least of the plan's prediction and the job's steps left at its throughput
-    (the view's own estimate, the one the controller counts waste by, slurm/preemptions.py).  The plan predicts
-    whole epochs at the batch sizes it expects; a job whose last epoch runs faster than that has less left (the
-    replay of 2026-12-06 08:46 preempted one with 3 s of its 4-s round left: the plan said more)."""
+    (the view's own estimate, the one the controller counts waste by, slurm/preemptions.py), at its rate on the GPUs
+    it keeps (`held`, of the type it runs on: an elastic job lent 2 of its 16 GPUs has 8 times the work left its
+    throughput says).  The plan predicts whole epochs at the batch sizes it expects; a job whose last epoch runs faster
+    than that has less left (the replay of 2026-12-06 08:46 preempted one with 3 s of its 4-s round left)."""
     both = [x for x in (remaining_s(job, plan), remaining_s(job, None)) if x is not None]
-    return min(both) if both else None
+    now = job.rate(job.running_type, held(job)) if job.ran_last_round else 0.0
+    slower = job.throughput / now if now > 0 and math.isfinite(now) and job.throughput > 0 else 1.0
+    return min(both) * slower if both else None
 
 
 def verdict(
@@ -210,7 +210,7 @@ class LastRounds:
 
     def note(self, view: ClusterView) -> None:
         for j in (j for j in view.jobs if j.ran_last_round):
-            if j.job_id in self._left or wasted(remaining_s(j, None), view.round_length) == "last_round":
+            if j.job_id in self._left or wasted(work_left_s(j, None), view.round_length) == "last_round":
                 left = [*self._left.get(j.job_id, []), float(j.steps_remaining)]
                 self._left[j.job_id] = left[-LAST_ROUND_SLACK - 1 :]
 

@@ -84,6 +84,30 @@ def test_the_work_left_is_the_least_of_the_plans_prediction_and_the_views():
     assert work_left_s(replace(jv(3, True, 5.0), throughput=0.0), None) is None                # nothing known
 
 
+def test_the_work_left_is_read_on_the_gpus_the_job_keeps():
+    """An elastic job lent 2 of its 16 GPUs runs at its 2-GPU rate: 15 s left at its 16-GPU throughput is 120 s there,
+    not its last round; one lent more than it asked keeps its asked count (`held`); a rigid job on a slower type
+    has its steps at that type's rate; not running, or nothing known of its count: its throughput's."""
+    from dataclasses import replace
+
+    from solver.preemption import LastRounds, work_left_s
+    lent = replace(jv(1, True, 15.0, gpus=16), gpus_range=(1, 16), running_gpus=2,
+                   throughput_by_gpus={1: 0.7, 2: 1.25, 16: 10.0})
+    assert work_left_s(lent, None) == 120.0 and work_left_s(lent, JobPlan(1, predicted_remaining_s=8.0)) == 64.0
+    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=16, jobs=(lent, jv(2, False, 900.0)))
+    g, verdicts = gate(view, decided(view, (2,), {2: JobPlan(2, rule="market")}), {}, 5.0)
+    assert g.run == (2,) and verdicts[1].pays and verdicts[1].remaining_s == 120.0  # lent GPUs: no restart bound
+    memory = LastRounds()
+    memory.note(view)
+    assert memory._left == {}                                           # not within its last round: not counted
+    assert work_left_s(replace(lent, running_gpus=16), None) == 15.0
+    assert work_left_s(replace(lent, num_gpus=2, running_gpus=16, throughput=1.25), None) == 120.0  # keeps its 2
+    slow = replace(jv(3, True, 15.0), running_type="k80", throughput_by_type={"v100": 10.0, "k80": 2.5})
+    assert work_left_s(slow, None) == 60.0 and work_left_s(replace(slow, running_type=None), None) == 15.0
+    assert work_left_s(replace(lent, ran_last_round=False), None) == 15.0
+    assert work_left_s(replace(lent, throughput_by_gpus={}), None) == 15.0   # its count's rate unknown
+
+
 def test_a_job_planned_back_sooner_than_its_cost_is_kept_running():
     view = ClusterView(now=0.0, round_index=1, round_length=ROUND, num_gpus=1, jobs=(jv(1, True, 900.0),
                                                                                      jv(2, False, 900.0)))

@@ -39,7 +39,7 @@ from slurm_shockwave.slurm.preemptions import PreemptionLog, settle, stopping
 from slurm_shockwave.slurm.reservations import Reservations
 from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
-from solver.preemption import remaining_s
+from solver.preemption import work_left_s
 from solver.types import ClusterView, JobView, RoundDecision
 
 log = logging.getLogger("slurm_shockwave.slurm")
@@ -245,7 +245,7 @@ class SlurmBackend(ServiceBackend):
         if failed:
             self._quarantine(failed, now)
             managed = [(j, m) for j, m in managed if j.job_id not in failed]
-        self._left = {v.job_id: remaining_s(v, None) for v in views}
+        self._left = {v.job_id: work_left_s(v, None) for v in views}
         self.preemptions.observe({j.job_id: j for j in jobs}, self.round_length, now)
         self._orphans = held_orphans(jobs, self._observed, self._ac, self.cfg.partition)
         seen = {str(j.job_id) for j, _ in managed} | {str(j) for j in self.quarantined}
