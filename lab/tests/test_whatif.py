@@ -158,6 +158,25 @@ def test_priority_settings_of_scontrol_show_config():
     assert inputs.duration_s("00:05:00") == 300 and inputs.duration_s("5") == 300 and inputs.duration_s("1-2") == 93600
 
 
+def test_a_site_whose_jobs_are_not_requeued_by_default_has_its_jobs_run_to_the_end():
+    """JobRequeue=0 (read from `scontrol show config`): a job whose history does not say it asked --requeue may not
+    be preempted in the default's run either (it would be cancelled, not requeued); one that asked it still may be.
+    One GPU: a 2-hour job, then a 10-minute one an hour later, which the default runs at once by preempting the
+    first, unless the first may not be preempted."""
+    assert inputs.parse_config(CONFIG_22_05).job_requeue
+    site = inputs.parse_config(CONFIG_22_05 + "JobRequeue              = 0\n")
+    assert not site.job_requeue
+    rows = [Row("long", 0.0, 7200.0, 1, "u1", "a"), Row("short", 3600.0, 600.0, 1, "u2", "b")]
+    for s, asked, preempted in ((inputs.Site(), None, True), (site, None, False), (site, True, True)):
+        history = [replace(rows[0], preemptible=asked), rows[1]]
+        _slurm, default, notes = run_both(history, _cluster(1), s, [], slurm_round_s=30)
+        assert (default.jobs["long"].restarts > 0) is preempted, (s.job_requeue, asked, default.jobs["long"])
+        assert default.jobs["short"].start < default.jobs["long"].finish or not preempted
+        said = [n for n in notes if n.startswith("JobRequeue=0")]
+        assert said == ([] if s.job_requeue else [f"JobRequeue=0: {1 + (asked is None)} job(s) the history does not "
+                                                  "record asking --requeue may not be preempted"])
+
+
 def _cluster(gpus):
     return inputs.Cluster({"gpu": gpus}, gpus, 1, "test")
 

@@ -60,6 +60,7 @@ class Site:
     fair_tree: bool = True  # PriorityFlags without NO_FAIR_TREE (Slurm's default since 19.05)
     priority_type: str = "priority/multifactor"
     preempt: bool = False  # PreemptMode REQUEUE (or CANCEL) with a PreemptType other than preempt/none
+    job_requeue: bool = True  # JobRequeue: a job that asked neither --requeue nor --no-requeue may be requeued
     bf_window_s: float = 86400.0
     bf_max_job_test: int = 100
     source: str = "defaults"
@@ -191,6 +192,7 @@ def parse_config(text: str, source: str = "scontrol show config") -> Site:
     mode = values.get("PreemptMode", "OFF").upper()
     ptype = values.get("PreemptType", "preempt/none").lower()
     site.preempt = ptype != "preempt/none" and any(m in mode for m in ("REQUEUE", "CANCEL"))
+    site.job_requeue = values.get("JobRequeue", "1").strip() != "0"
     for part in values.get("SchedulerParameters", "").split(","):
         k, _, v = part.strip().partition("=")
         try:

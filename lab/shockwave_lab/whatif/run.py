@@ -59,8 +59,10 @@ class Run:
     notes: list = field(default_factory=list)
 
 
-def _specs(rows, cluster: Cluster, notes: list):
-    """(JobSpecs, throughputs for run_simulation-style tables, entries by id): the jobs on the cluster's types."""
+def _specs(rows, cluster: Cluster, notes: list, requeue: bool = True):
+    """(JobSpecs, throughputs for run_simulation-style tables, entries by id): the jobs on the cluster's types;
+    `requeue` False (the site's JobRequeue=0): a job whose history does not say it asked --requeue may not be
+    preempted, as on the site."""
     from shockwave_lab.data_files import THROUGHPUTS
     from shockwave_lab.workload import profiles
     from shockwave_lab.workload.gpu_types import BASE
@@ -70,8 +72,10 @@ def _specs(rows, cluster: Cluster, notes: list):
 
     table = ThroughputTable.load(THROUGHPUTS / "tacc_throughputs.json")
     entries = to_entries(rows, table, gpu_types=cluster.typed)
-    kept, unknown, too_big = [], 0, 0
+    kept, unknown, too_big, pinned = [], 0, 0, 0
     for e in entries:
+        if not requeue and "preemptible" not in e:
+            e["preemptible"], pinned = False, pinned + 1
         t = e.get("gpu_type")
         if cluster.typed and t is not None and t not in cluster.capacity:
             e.pop("gpu_type")  # a type this cluster no longer has: any type
@@ -86,6 +90,8 @@ def _specs(rows, cluster: Cluster, notes: list):
         notes.append(f"{unknown} job(s) asked for a GPU type the cluster does not list: run on any type")
     if too_big:
         notes.append(f"{too_big} job(s) larger than any GPU type's total: left out")
+    if pinned:
+        notes.append(f"JobRequeue=0: {pinned} job(s) the history does not record asking --requeue may not be preempted")
     model, _bs = REFERENCE
     speed = rates(table, {e["gpus"] for e in kept} | set(table.gpu_counts(*REFERENCE)))
     column = {(f"{model} (batch size {b})", g): thr for g, by in speed.items() for b, thr in by.items()}
@@ -196,7 +202,7 @@ def run_both(
     from solver.policies import default_policy, make_policy
 
     notes: list = []
-    jobs, tables, entries = _specs(rows, cluster, notes)
+    jobs, tables, entries = _specs(rows, cluster, notes, site.job_requeue)
     if not jobs:
         raise ValueError("no job of the history fits the cluster")
     gpn = _gpus_per_node(cluster, jobs, notes)
