@@ -64,6 +64,25 @@ def test_a_job_runs_at_its_types_throughput_and_restarts_when_its_type_changes()
     assert mixed.finish_time == pytest.approx(360 + 900 / 10.0)
 
 
+def test_with_the_controllers_rounds_a_running_job_asks_for_the_type_it_runs_on():
+    """As the Slurm backend's view (slurm/gpu_types.py), with early rounds (the controller) a running job's view asks
+    for the type it runs on: the controller moves it only by not running it; with the reference's rounds its
+    user's (none here): a policy may move it, a restart."""
+    for early, pinned in ((None, None), ((5.0, 0.0), "slow")):
+        c = SimulatedCluster([job(0, 3600, isolated_runtime=360)], {"fast": FAST, "slow": SLOW},
+                             {"fast": 1, "slow": 1}, early_rounds=early)
+        assert c.observe().jobs[0].gpu_type is None
+        c.apply(RoundDecision(run=(0,), placement={0: {"slow": 1}}, plans={0: JobPlan(0, rule="policy")}))
+        c.advance()
+        seen = c.observe().jobs[0]
+        assert seen.running_type == "slow" and seen.gpu_type == pinned
+        assert Packer(c.capacity).take_job(seen) == (pinned or "fast")
+    one = SimulatedCluster([job(0, 3600, isolated_runtime=360)], FAST, 2, early_rounds=(5.0, 0.0))
+    one.apply(RoundDecision(run=(0,), placement={0: {GPU: 1}}, plans={0: JobPlan(0, rule="policy")}))
+    one.advance()
+    assert one.observe().jobs[0].gpu_type is None                      # one type: nothing to pin
+
+
 def test_the_view_lists_the_types_a_job_can_run_on():
     tables = {"fast": FAST, "slow": SLOW, "none": table({("LM", 10, 1): 3.0})}
     pinned = dataclasses.replace(job(1, 3600, isolated_runtime=360), gpu_type="slow")

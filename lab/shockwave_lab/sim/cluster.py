@@ -27,7 +27,9 @@ is placed on; a job whose type (or count) changes restarts (the restart penalty)
 time at its reference type's pace.  Its view lists its throughput per type it can run on
 (`JobView.throughput_by_type`: a type with room for its gang, a throughput at its batch size, its requested type
 only when it asked for one); its elastic counts (`throughput_by_gpus`) are on its reference type, the counts
-profiled on every type it can run on.  A job changes its batch size only to one its reference type has a
+profiled on every type it can run on.  With early rounds (the controller) a running job's view asks for the type it
+runs on (`JobView.gpu_type`), as the Slurm backend's does: the controller moves a job to another type only by not
+running it (before 2026-12-07 the simulator let a policy move it each round, a restart each time).  A job changes its batch size only to one its reference type has a
 throughput for.  With one untyped pool all of this is the one-type simulator above.
 
 Nodes (`gpus_per_node`, as a real cluster's: each type's GPUs on nodes of that many): the view lists them
@@ -356,7 +358,14 @@ class SimulatedCluster(ClusterBackend):
             running_gpus=self._prev_gpus[s.job_id][1] if s.job_id in self._prev_gpus else None,
             gpus_range=s.gpus_range, preemptible=s.preemptible is not False,
             nodes=self._prev_nodes.get(s.job_id, ()),
-            throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=s.gpu_type)
+            throughput_by_gpus=self._gpu_counts(job), throughput_by_type=self._by_type(job), gpu_type=self._pin(job))
+
+    def _pin(self, job: SimJob) -> str | None:
+        """The type the job must run on: its user's; with early rounds (the controller) on a cluster of several types,
+        a running job's own, as the Slurm backend's view says (slurm/gpu_types.py: it moves only through a
+        checkpoint and requeue, when the round does not run it)."""
+        ran = self._prev_gpus.get(job.spec.job_id)
+        return ran[0] if ran and self.early_rounds is not None and len(self.capacity) > 1 else job.spec.gpu_type
 
 
 def _nodes(capacity: Mapping[str, int], gpus_per_node: int | None) -> dict:
