@@ -194,3 +194,30 @@ def test_simulate_cli_takes_gpus_by_type(tmp_path):
     r = CliRunner().invoke(cli, ["simulate", "--trace", str(spec), "--gpus", "v100:2,p100:2"])
     assert r.exit_code == 2 and "k80" in r.output and "\n" not in r.output.strip()
     assert GPU not in gpu_types.capacity_of({"v100": 2})
+
+
+class RunAll:
+    """Runs every job, placed by the loop's check (the fastest type with room, in job order)."""
+    name = "run-all"
+
+    def decide(self, view):
+        return RoundDecision(run=tuple(j.job_id for j in view.jobs),
+                             plans={j.job_id: JobPlan(j.job_id, rule="policy") for j in view.jobs})
+
+
+def test_with_the_controllers_rounds_a_long_job_started_on_a_slow_type_moves_to_a_faster_one_that_frees():
+    """solver/type_moves.py in the loop: job 1 starts on the slow GPU (job 0 took the fast one); when job 0 ends the
+    fast GPU is idle, and once job 1 has run the restart bound's 10 rounds it moves there: one restart, finished
+    long before it would have on the slow type (with the restart cost that the gate charges, 30 s)."""
+    def run(cost):
+        c = SimulatedCluster([job(0, 3000, isolated_runtime=300), job(1, 36000, isolated_runtime=3600)],
+                             {"fast": FAST, "slow": SLOW}, {"fast": 1, "slow": 1}, early_rounds=(5.0, 0.0))
+        loop = RoundLoop(c, RunAll(), preemption_cost_s=cost)
+        loop.run()
+        return c.finished[1], loop
+    moved, loop = run(30.0)
+    assert loop.type_moves == 1 and moved.restarts == 1
+    stayed, still = run(None)                                    # no gate: no restart cost known, no moves
+    assert still.type_moves == 0 and stayed.restarts == 0
+    assert stayed.finish_time == pytest.approx(7200.0)           # 36,000 steps at 5 per s
+    assert moved.finish_time < 0.6 * stayed.finish_time

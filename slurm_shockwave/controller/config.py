@@ -157,6 +157,7 @@ class PolicySection(_Strict):
 
 
 Weight = Annotated[float, Field(gt=0, le=1e6)]
+GpuType = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]  # as Slurm's GRES type (slurm/gpu_types.py)
 
 
 class WeightsSection(_Strict):
@@ -235,6 +236,12 @@ class ControllerConfig(_Strict):
                                                         "** this; 0.7 is below the median 1->8 GPU scaling at a "
                                                         "fixed batch of the reference's throughputs (0.87, 0.89), "
                                                         "about their lower quartile (0.58, 0.73)")
+    gpu_type_speeds: dict[GpuType, Weight] = Field(
+        default_factory=dict, examples=[{"v100": 1.0, "p100": 0.5, "k80": 0.2}],
+        description="on a partition of several GPU types, each type's speed relative to the others': a job starts "
+                    "on the fastest type with room, and a running job moves to a faster one when the time saved "
+                    "pays for two restarts (solver/type_moves.py); empty, or a type missing: speeds unknown, a job "
+                    "goes to the type with the most free GPUs and never moves")
     preempt_signal: str = Field("USR1", description="the checkpoint signal (the job templates catch USR1; USR2, "
                                                     "TERM, INT, ...; never KILL)")
     site_factor: int = Field(1_000_000, ge=1, le=2147483645,

@@ -40,7 +40,7 @@ from typing import Any
 from slurm_shockwave.backends.base import ClusterBackend, check_decision
 from slurm_shockwave.controller.reasons import annotate
 from slurm_shockwave.journal.record import RoundRecord
-from solver import elastic, pinned, preemption
+from solver import elastic, pinned, preemption, type_moves
 from solver.market.plan import max_min_round
 from solver.nodes import assign_nodes, moved
 from solver.policies.base import Policy
@@ -91,6 +91,8 @@ class RoundLoop:
         self.rounds_per_restart = rounds_per_restart  # the gate's restart bound (solver/preemption.py)
         self.preemptions = {"preempted": 0, "kept": 0, "wasted": 0}
         self.moves = 0  # running jobs placed on other nodes (solver/nodes.py)
+        self.type_moves = 0  # running jobs moved to a faster GPU type (solver/type_moves.py)
+        self.last_type_moves: dict[Any, tuple[str, str]] = {}
         self.resizes = {"grown": 0, "shrunk": 0}  # count changes of elastic jobs (solver/elastic.py)
         self._last_run: set[Any] | None = None  # the previous round's run set (None: no round yet)
         self.last_resizes: dict[Any, elastic.Sizing] = {}
@@ -177,7 +179,7 @@ class RoundLoop:
     def _place(self, view: ClusterView, decision: RoundDecision) -> RoundDecision:
         """Elastic jobs' counts (when the policy sizes them and a restart cost is known), then nodes (when the view
         lists them): a grown gang that fits no node runs on its asked count instead."""
-        sized, self.last_resizes, costs = decision, {}, {}
+        sized, self.last_resizes, costs, self.last_type_moves = decision, {}, {}, {}
         fixed = pinned.pinned(view)  # a pinned job keeps its count; a stopping one its base
         # running jobs no round started (Slurm starts a job on its own count when GPUs are free, before the round)
         last = self._last_run
@@ -191,6 +193,7 @@ class RoundLoop:
                 view, decision, self.preemption_cost_s or 0.0, costs, fixed, self.rounds_per_restart, begun, recent
             )
             sized = check_decision(view, sized)
+        sized, view = self._move_types(view, sized, costs, fixed)
         if view.nodes:
             moves = getattr(self.policy, "moves_running_jobs", True)
             gated = self.preemption_cost_s is not None  # a move is a restart: the gate's last-round rule holds
@@ -208,6 +211,7 @@ class RoundLoop:
                     recent,
                 )
                 sized = check_decision(view, sized)
+                sized, view = self._move_types(view, sized, costs, fixed)
                 placed = assign_nodes(view, sized, moves, gated, self._outlived)
             self.moves += len(moved(view, placed))
             sized = placed
@@ -218,12 +222,31 @@ class RoundLoop:
             round_["wasted"] = {j: w for j, w in round_["wasted"].items() if j not in running}
         for key, items in round_.items():
             self.preemptions[key] += len(items)
+        self.type_moves += len(self.last_type_moves)
         self._changed_at = {j: t for j, t in self._changed_at.items() if j in recent}
         for j, s in self.last_resizes.items():
             if s.after != s.before:
                 self.resizes["grown" if s.after > s.before else "shrunk"] += 1
                 self._changed_at[j] = view.now
         return sized
+
+    def _move_types(
+        self, view: ClusterView, decision: RoundDecision, costs: dict[Any, Any], fixed: frozenset[Any]
+    ) -> tuple[RoundDecision, ClusterView]:
+        """Running jobs moved to a faster GPU type where that pays (under the gate; solver/type_moves.py), with the
+        view the moved decision is checked against."""
+        if self.preemption_cost_s is None or len(view.capacity) < 2:
+            return decision, view
+        costs = costs or self.backend.preemption_costs()
+        changed = {j for j, s in self.last_resizes.items() if s.after != s.before}
+        stay = fixed | changed | frozenset(self.backend.stopping())
+        out, self.last_type_moves = type_moves.move(
+            view, decision, self.preemption_cost_s, costs, stay, self.rounds_per_restart
+        )
+        if not self.last_type_moves:
+            return decision, view
+        view = type_moves.unpinned(view, set(self.last_type_moves))
+        return check_decision(view, out), view
 
     def _count_rules(self, view: ClusterView, decision: RoundDecision) -> None:
         contested = sum(j.num_gpus for j in view.jobs) > view.num_gpus

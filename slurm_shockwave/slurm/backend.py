@@ -33,7 +33,7 @@ from slurm_shockwave.slurm.fairshare_round import FairShareRound
 from slurm_shockwave.slurm.gpu_types import GpuTypes
 from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
-from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes, pin_value
+from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
 from slurm_shockwave.slurm.preemptions import PreemptionLog, settle, stopping
 from slurm_shockwave.slurm.reservations import Reservations
@@ -265,10 +265,9 @@ class SlurmBackend(ServiceBackend):
         )
 
     def apply(self, decision: RoundDecision) -> None:
-        run = {int(j) for j in decision.run}
-        now = self.clock()
-        assigned = assigned_nodes(decision)
-        moves = self.pins.moves(assigned, run) if self.cfg.mode == "authoritative" else {}
+        run, now, assigned = {int(j) for j in decision.run}, self.clock(), assigned_nodes(decision)
+        nodes = self.pins.moves(assigned, run) if self.cfg.mode == "authoritative" else {}  # and types: gpu_types.py
+        moves, why = self.types.moves(decision.placement, run, assigned, nodes, self.cfg.mode == "authoritative")
         self.preemptions.kept(sum(1 for j in decision.run if getattr(decision.plans.get(j), "rule", "") == "kept"))
         self.elastic.prepare(decision, run, self._observed, self.enactor, self.round_index, self._restarts)
         actions = reconcile(
@@ -282,7 +281,7 @@ class SlurmBackend(ServiceBackend):
             self.state.requeued_at,
             self.cfg.preempt_signal,
             self.cfg.min_run_seconds if self.cfg.min_run_seconds is not None else self.round_length,
-            reasons={**plan_reasons(decision), **{j: f"moving to {pin_value(n)}" for j, n in moves.items()}},
+            reasons={**plan_reasons(decision), **why},
             orphans=self._orphans,
             moves=moves,
         )
@@ -396,4 +395,5 @@ class SlurmBackend(ServiceBackend):
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         nodes = self.pins.running_on(j) if j.state == "RUNNING" else ()
         view = replace(view, nodes=nodes, allowed_nodes=self.pins.user_nodes(j))
+        view = self.types.speeds(j, view, self.cfg.gpu_type_speeds)
         return self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent)

@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import replace
 
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
 from slurm_shockwave.slurm.shapes import feature_list as _features
-from solver.types import GPU
+from solver.types import GPU, JobView
 
 log = logging.getLogger("slurm_shockwave.slurm")
 
@@ -198,6 +199,38 @@ class GpuTypes:
         if self.typed and job.state == "RUNNING":
             return self.running_type(job) or self.pinned(job)
         return self.pinned(job)
+
+    def speeds(self, job: SlurmJob, view: JobView, speeds: dict) -> JobView:
+        """The view on a cluster of several types: the type a running job runs on (`running_type`); with a speed
+        for every type (the site's ``gpu_type_speeds``), its throughput on each type it may run on (its user's type
+        only, when its user asked for one; `throughput_by_type`), its throughput read as measured on the type it
+        runs on (a waiting job's: on the fastest).  Without: no speeds, no moves (solver/type_moves.py)."""
+        if not self.typed:
+            return view
+        running = self.running_type(job) if job.state == "RUNNING" else None
+        if not all(t in speeds for t in self.capacity):
+            return replace(view, running_type=running)
+        ref = running if running in self.capacity else max(self.capacity, key=lambda t: (speeds[t], t))
+        pin = self.pinned(job)
+        types = list(self.capacity) if pin is None else [pin] if pin in self.capacity else []
+        by_type = {t: view.throughput * speeds[t] / speeds[ref] for t in types}
+        return replace(view, running_type=running, throughput_by_type=by_type)
+
+    def moves(self, placement, run: set, assigned: dict, node_moves: dict, ours: bool) -> tuple[dict, dict]:
+        """({job: its new nodes, () where the view lists none}, {job: its mark's reason}) of the round's moves
+        (authoritative mode, `ours`): `node_moves` (slurm/nodes.py) and each running managed job of `run` placed on
+        another type than it runs on (solver/type_moves.py: checkpointed and requeued as a node move, then
+        steered to its type when a later round releases it)."""
+        retyped = {}
+        for jid in sorted(run) if ours else ():
+            job, by = self.jobs.get(jid), placement.get(jid) or placement.get(str(jid)) or {}
+            if job is None or job.state != "RUNNING" or len(by) != 1 or self.pinned(job) is not None:
+                continue
+            t, now = next(iter(by)), self.running_type(job)
+            if now is not None and t != now:
+                retyped[jid] = t
+        moves = {**{j: tuple(assigned.get(j) or ()) for j in retyped}, **node_moves}
+        return moves, {j: f"moving to {','.join(n) or retyped[j]}" for j, n in moves.items()}
 
     def meta(self, job) -> dict:
         """What status shows (on a cluster of several types): the type the job runs on, or is pinned to, or the

@@ -14,9 +14,10 @@ TYPED_TEXT = (
     "type.  Every policy places gangs on one type it can run on; only Gavel-het "
     "(`max_min_fairness_het`) and Pollux choose types by what they gain there, the others take the fastest type with "
     "room in their own order.  The Shockwave policies run as the controller on Slurm does: a running job stays on "
-    "the type it runs on and moves only by not running (a preemption; since 2026-12-07, `docs/results_notes.md`: the "
-    "simulator moved it each round before, a restart each time); the baselines, as published, may move a job every "
-    "round.  Target: the default beats Gavel-het on makespan and worst dynamic FTF on every trace.")
+    "the type it runs on (since 2026-12-07, `docs/results_notes.md`: the simulator moved it each round before, a "
+    "restart each time) and moves to a faster one only when that pays for two restarts, within the restart bound "
+    "(`solver/type_moves.py`; on Slurm with the site's `gpu_type_speeds`); the baselines, as published, may move a "
+    "job every round.  Target: the default beats Gavel-het on makespan and worst dynamic FTF on every trace.")
 USERS_TEXT = (
     "Study traces with users (`shockwave trace generate --users N --splitter K`, `lab/shockwave_lab/workload/users.py`): "
     "jobs go to the users in turn, and the user `splitter` submits each of its jobs as K jobs of 1/K the steps (the "
