@@ -6,7 +6,9 @@ Two nodes: node1 with 2 v100, node2 with 2 k80 (each type also a node Feature). 
 before the controller's first round, which defers (holds) all three.  The second round runs B on k80 and C on v100:
 the opposite of what Slurm does by itself (it gives the first job node1, checked below with an unmanaged job), so
 B on node2 shows the steering.  The third round (B cancelled) runs A, whose request is never changed; the fourth
-moves C, requeued, from v100 to k80 (the type the controller wrote is not taken for its user's pin).
+moves C, requeued, from v100 to k80 (the type the controller wrote is not taken for its user's pin).  A second test
+moves a running job from k80 to v100 as the controller does when that pays (solver/type_moves.py): held, signalled,
+requeued held, then steered to v100, pinned to node1 and released.
 
 The backend and enactment are driven directly (observe, a decision checked and placed by the round loop's own
 check, apply), so each round's placement is known; every wait is a poll with a timeout, no duration is asserted.
@@ -53,10 +55,10 @@ def _running(c, job_id: int, what: str):
     return wait_for(lambda: (lambda j: j if j.state == "RUNNING" else None)(_job(c, job_id)), 40, what=what)
 
 
-def _backend(c, root: Path) -> SlurmBackend:
+def _backend(c, root: Path, extra: str = "") -> SlurmBackend:
     (root / "events").mkdir(exist_ok=True)
     conf = root / "controller.toml"
-    conf.write_text("[controller]\n"
+    conf.write_text("[controller]\n" + extra +
                     f'round_seconds = 2\npartition = "{c.partition}"\n'
                     f'state_dir = "{root}/state"\nevent_store = "{root}/events"\n'
                     + (f'[slurm]\nbin_dir = "{c.bin_dir}"\n' if c.bin_dir else "")
@@ -148,3 +150,49 @@ def test_pending_jobs_are_steered_to_their_placed_type_and_a_pinned_one_is_never
     assert (jc.features, jc.gpu_type) == (("k80", None) if v22 else ("", "k80"))
     st.close()
     c.cli.cancel([cc])
+
+
+def test_a_running_job_moved_to_a_faster_type_is_requeued_and_restarts_there(cluster):
+    c, root = cluster, make_root("shockwave-typed-move-")
+    from solver.nodes import assign_nodes
+    from solver.type_moves import unpinned
+    b = _backend(c, root, 'mode = "authoritative"\ngrace_seconds = 1\nmin_run_seconds = 0\n'
+                          "gpu_type_speeds = {v100 = 1.0, k80 = 0.25}\n")
+    assert c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=DOWN"]).returncode == 0
+    out = c.run(["sbatch", "--parsable", "--chdir=/", "--output=/dev/null", "--gres=gpu:2",
+                 "--comment=shockwave epochs=5", "--wrap", "trap '' USR1; sleep 300"])
+    assert out.returncode == 0, out.stderr
+    x = int(out.stdout.strip().split(";")[0])
+    try:
+        _round(b, (), {})                                          # deferred: held before it starts
+        assert c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=UP"]).returncode == 0
+        _round(b, (x,), {x: {"k80": 2}})                           # started on k80 (steered)
+        assert _running(c, x, "X running on k80").nodes == "node2"
+        view = b.observe()
+        seen = view.job(x)
+        assert (seen.running_type, seen.gpu_type) == ("k80", "k80")
+        assert seen.throughput_by_type == {"v100": 4 * seen.throughput, "k80": seen.throughput}
+
+        def move_round():                                          # the loop's check and nodes, on the moved view
+            v = unpinned(b.observe(), {x})
+            d = assign_nodes(v, check_decision(v, RoundDecision(run=(x,), placement={x: {"v100": 2}})))
+            assert d.nodes == {x: ("node1",)}
+            b.apply(d)
+            return _job(c, x)
+
+        j = move_round()
+        assert j.held and "moving to node1" in j.admin_comment
+        runs = j.restart_count
+        wait_for(lambda: move_round().restart_count > runs, 30, what="X requeued")
+        wait_for(lambda: _job(c, x).state == "PENDING", 20, what="X pending after its requeue")
+        move_round()                                               # steered to v100, pinned to node1, released
+        j = _running(c, x, "X running on v100")
+        assert j.nodes == "node1" and any("v100" in d for d in j.gres_detail) and j.restart_count == runs + 1
+        steps = [r["verb"] for r in reversed(b.state.actions(job_id=x, status="done"))]
+        requeued = steps.index("requeue_hold")
+        assert steps.index("signal") < requeued < steps.index("place_nodes") < steps.index("release", requeued)
+        assert ("place_features" if c.slurm_version == "22.05" else "place_tres") in steps[requeued:]
+    finally:
+        c.run(["scontrol", "update", f"PartitionName={c.partition}", "State=UP"])
+        c.cli.cancel([x])
+        b.state.close()
