@@ -121,3 +121,30 @@ def test_one_job_record_with_its_gpu_fields_on_every_version(version):
     assert jobs[0].features == ("v100&nvme" if version == "22.05" else "v100,nvme") and jobs[0].problem is None
     assert [(j.required_nodes, j.features, j.problem) for j in jobs[1:]] == [("", "", None)] * 2
     assert all(type(j) is SlurmJob and isinstance(j.gpu_request, str) for j in jobs)
+
+
+def test_status_reads_the_remaining_time_at_the_gpus_the_round_gives_a_job(tmp_path):
+    """An elastic job lent 1 of its 4 GPUs, and a job on a type 4 times slower than its reference, take longer than
+    the plan's estimate at their asked count on the fastest type: `status` shows their time on the GPUs they get."""
+    from slurm_shockwave.cli.statusview import status_rows
+    from solver.types import GPU
+    base = _view((1, 2, 3)).jobs
+    lent = replace(base[0], num_gpus=4, throughput=4.0, gpus_range=(1, 4), running_gpus=1,
+                   throughput_by_gpus={1: 1.0, 2: 2.0, 4: 4.0})
+    slow = replace(base[1], throughput_by_type={"v100": 1.0, "k80": float("nan")})     # a bad number: not trusted
+    typed = replace(base[2], throughput_by_type={"v100": 1.0, "k80": 0.25})
+    plans = {j: JobPlan(j, predicted_remaining_s=100.0, expected_start=100.0) for j in (1, 2, 3)}
+    for jobs, placement, want in (((lent,), {1: {GPU: 1}}, {"1": 400.0}),
+                                  ((slow, typed), {2: {"k80": 1}, 3: {"k80": 1}}, {"2": 100.0, "3": 400.0})):
+        view = ClusterView(now=100.0, round_index=3, round_length=60.0, num_gpus=8, jobs=jobs,
+                           capacity={GPU: 8} if len(jobs) == 1 else {"v100": 4, "k80": 4})
+        running = {str(j.job_id): JobContext(slurm_state="RUNNING") for j in jobs}
+        st = StateStore(tmp_path / f"state{len(jobs)}.sqlite")
+        st.begin_round(3, 1.0)
+        st.record_round(RoundRecord(view, RoundDecision(run=tuple(placement), plans=plans, placement=placement),
+                                    context=RoundContext(jobs=running)), busy=1)
+        st.finish_round(3)
+        rows = {r["job_id"]: r for r in status_rows(st)[1]}
+        assert {j: rows[j]["predicted_remaining_s"] for j in want} == pytest.approx(want)
+        assert {j: rows[j]["expected_end"] for j in want} == pytest.approx({j: 100.0 + x for j, x in want.items()})
+        st.close()

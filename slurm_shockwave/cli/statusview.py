@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 
 from slurm_shockwave.journal.context import FairShare, JobContext, RoundContext, Unmanaged
@@ -53,7 +54,7 @@ def _row_from_record(rec, v) -> dict:
     """One status row of a job the latest round decided on: its view, plan record and Slurm context."""
     plan, ctx = rec.plan(v.job_id), rec.job_context(v.job_id)
     running = ctx.slurm_state == "RUNNING"
-    remaining = plan.predicted_remaining_s
+    remaining = _on_its_gpus(rec, v, plan.predicted_remaining_s)
     return {
         "job_id": str(v.job_id),
         "user": v.user,
@@ -89,6 +90,17 @@ def _row_from_record(rec, v) -> dict:
         "position": None,
         **_gpu_type(rec, v, ctx),
     }
+
+
+def _on_its_gpus(rec, v, remaining):
+    """The plan's remaining time (at the job's asked count, on its reference type) at the GPUs this round gives it:
+    an elastic job lent fewer GPUs, or a job on a slower type, takes longer (as `preemption.work_left_s` reads it)."""
+    placed = rec.decision.placement.get(v.job_id) or {}
+    if remaining is None or len(placed) != 1 or not v.throughput > 0:
+        return remaining
+    ((t, n),) = placed.items()
+    rate = v.rate(t if v.throughput_by_type else None, n)
+    return remaining * v.throughput / rate if math.isfinite(rate) and rate > 0 else remaining
 
 
 def _gpu_type(rec, v, ctx: JobContext) -> dict:

@@ -156,6 +156,9 @@ def view_from_json(d: Mapping) -> JobView:
     full["throughput_by_gpus"] = {
         int(k): float(x) for k, x in (full.get("throughput_by_gpus") or {}).items() if x is not None
     }
+    full["throughput_by_type"] = {
+        str(k): float(x) for k, x in (full.get("throughput_by_type") or {}).items() if x is not None
+    }
     for key in ("nodes", "allowed_nodes"):
         full[key] = tuple(map(str, full.get(key) or ()))
     rng = full.get("gpus_range")
