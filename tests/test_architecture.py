@@ -41,8 +41,9 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 150, PRODUCT_MAX_MO
 #: moves to a faster GPU type when they pay (issue 34/35's typed traces: a long job backfilled onto K80s stayed there):
 #: one stage (solver/type_moves.py), the loop's part, the Slurm view's speeds per type and the move's enactment
 #: (slurm/gpu_types.py), the site's `gpu_type_speeds`: one module, about 240 lines (16,091 after); then status's remaining
-#: time at the GPUs a job gets (statusview.py), 16 lines (16,107)
-PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 260, PRODUCT_MAX_MODULES + 1
+#: time at the GPUs a job gets (statusview.py), 16 lines (16,107), and `controller check`'s line on speeds that miss a
+#: type of the partition (slurm/preflight.py), 14 lines (16,121)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 275, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

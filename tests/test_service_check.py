@@ -121,6 +121,22 @@ def test_missing_partition_store_and_unwritable_state_one_line_each(slurm_cluste
     assert out["ok"] is False and sorted(out["problems"]) == sorted(ln[len("Error: "):] for ln in lines)
 
 
+def test_gpu_type_speeds_must_name_every_type_of_the_partition(slurm_cluster, tmp_path):
+    """The speeds are used only when every GPU type has one: on this untyped partition none is (one line)."""
+    from slurm_shockwave.slurm.preflight import check_speeds
+    store(tmp_path / "events")
+    cfg = write(tmp_path / "c.toml", slurm_cluster, partition=slurm_cluster.partition, state_dir=str(tmp_path / "s"),
+                event_store=str(tmp_path / "events"))
+    cfg.write_text(cfg.read_text().replace("[policy]", "gpu_type_speeds = {v100 = 1.0, k80 = 0.25}\n[policy]"))
+    res = check(cfg)
+    lines = errors(res)
+    assert res.returncode == 1 and len(lines) == 1, lines
+    assert "controller.gpu_type_speeds" in lines[0] and "none (untyped gres gpu:N)" in lines[0]
+    assert check_speeds({"v100": 1.0}, {"v100", "k80"})[0].endswith(
+        "without a speed: k80; the speeds are used only when every type has one (or leave it empty)")
+    assert check_speeds({"v100": 1.0, "k80": 0.2, "a100": 3.0}, {"v100", "k80"}) == check_speeds({}, {"v100"}) == []
+
+
 def test_event_store_that_is_a_file(slurm_cluster, tmp_path):
     (tmp_path / "events").write_text("x")
     cfg = write(tmp_path / "c.toml", slurm_cluster, partition=slurm_cluster.partition,

@@ -6,7 +6,8 @@ problem, each naming what is wrong and what to do.
 * slurm.conf: `PriorityType=priority/multifactor` (SiteFactor), `JobRequeue=1` and, in authoritative
   mode, the user signal on preemption (`SlurmctldParameters=preempt_send_user_signal` on 22.05,
   `PreemptParameters=send_user_signal` later);
-* the partition exists, has nodes with gres GPUs, and at least one of them is usable;
+* the partition exists, has nodes with gres GPUs, and at least one of them is usable; `gpu_type_speeds`, when set,
+  names every GPU type of its nodes;
 * some job can write to the event store: its `users/<uid>/` folders are made by the prolog hook of
   prolog_epilog/ at job start (only root creates them), so slurm.conf's Prolog must run it, unless folders
   exist already (made by hand, or by a site prolog that calls the hook); `facts["prolog"]` says which.
@@ -21,6 +22,7 @@ from slurm_shockwave.events.layout import USERS_DIR
 from slurm_shockwave.slurm.commands import SlurmCLI
 from slurm_shockwave.slurm.errors import SlurmError
 from slurm_shockwave.slurm.models import node_in_partition
+from solver.types import GPU
 
 #: seconds per Slurm command during the check (a missing slurmctld should not keep `check` waiting long)
 CHECK_TIMEOUT = 15.0
@@ -129,7 +131,19 @@ def check_partition(cfg, cli) -> list[str]:
         ]
     if not any(n.available for n in nodes):
         return [f"controller.partition = {part!r}: all {len(nodes)} node(s) are down or drained"]
-    return []
+    return check_speeds(cfg.gpu_type_speeds, {t for n in nodes for t, _k in (n.by_type or ()) if t != GPU})
+
+
+def check_speeds(speeds: dict, types: set) -> list[str]:
+    """`gpu_type_speeds`, when set, gives a speed to every GPU type of the partition (else none is used)."""
+    missing = sorted(types - set(speeds)) if speeds else []
+    if not speeds or (types and not missing):
+        return []
+    has = ", ".join(missing) if types else "none (untyped gres gpu:N)"
+    return [
+        f"controller.gpu_type_speeds = {dict(speeds)}: the partition's GPU types without a speed: {has}; the "
+        "speeds are used only when every type has one (or leave it empty)"
+    ]
 
 
 def partition_warnings(cli, part: str) -> list[str]:
