@@ -158,3 +158,36 @@ def test_every_nth_job_may_not_be_preempted_on_both_sides(inputs, tmp_path):
     result = {"real": {"no_requeue_restarts": 0}, "simulated": sim, "no_requeue": ["t000"]}
     assert ["restarts of --no-requeue jobs", "0", "0", ""] in compare.rows(result)
     assert "no_requeue_restarts" not in compare.simulate(inputs[0], inputs[1], 8, 2, "shockwave-edf", 4.0, 30.0)
+
+
+def test_on_several_gpu_types_each_job_sleeps_its_nodes_types_epochs_and_the_site_gets_one_speed_per_type(
+        tmp_path, monkeypatch):
+    """`shockwave replay` on nodes of several types (bench/replay_typed.py): a job's epochs on each type are the
+    simulator's (samples / batch / its throughput there), the emulated program takes its node's, the controller's
+    speeds are each type's median over the jobs, and the simulated column counts the moves between types."""
+    from shockwave_lab.replay.api import site_speeds
+    from shockwave_lab.replay.emujob import durations_at
+    from shockwave_lab.workload.gpu_types import BASE
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    types = ["v100", "v100", "k80", "k80"]
+    jobs, specs, tables = load(trace, thr, 8, 3, gpu_types=types)
+    assert set(tables) == {BASE, "v100", "k80"}
+    j, s = jobs[0], min(specs, key=lambda s: (s.arrival_time, s.job_id))
+    bs = j.schedule[0]
+    assert j.epoch_s_by_type[bs]["k80"] == pytest.approx(s.samples / bs / tables["k80"].get(s.model, bs, s.num_gpus))
+    assert j.epoch_s_by_type[bs]["v100"] == pytest.approx(j.epoch_s[bs])
+    spec = j.spec(30.0)
+    assert spec["node_types"] == {"node1": "v100", "node2": "v100", "node3": "k80", "node4": "k80"}
+    for node, t in (("node1", "v100"), ("node4", "k80")):
+        monkeypatch.setenv("SLURMD_NODENAME", node)
+        assert durations_at(spec, j.gpus) == pytest.approx({int(b): at[t] for b, at in spec["epoch_s_by_type"].items()})
+    monkeypatch.setenv("SLURMD_NODENAME", "node9")
+    with pytest.raises(SystemExit, match="no epoch durations on node 'node9'"):
+        durations_at(spec, j.gpus)
+    speeds = site_speeds(jobs, types)
+    assert speeds["v100"] == 1.0 and 0 < speeds["k80"] < 1
+    sim = compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 4, "shockwave-edf", 4.0, 30.0)
+    assert sim["type_moves"] >= 0 and sim["makespan_s"] > 0
+    assert compare.changes(["v100", "k80", "k80", "v100"]) == 2

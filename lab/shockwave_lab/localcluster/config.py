@@ -142,6 +142,11 @@ class Paths:
                 self.munge, self.dev, self.fakecg]
 
 
+def node_names(nodes: int) -> list[str]:
+    """The names of a local cluster's nodes: node1, node2, ..."""
+    return [f"node{i}" for i in range(1, nodes + 1)]
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """Everything slurm.conf is rendered from."""
@@ -179,7 +184,7 @@ class ClusterSettings:
 
     @property
     def node_names(self) -> list[str]:
-        return [f"node{i}" for i in range(1, self.nodes + 1)]
+        return node_names(self.nodes)
 
     def node_gres(self, i: int) -> tuple[str, str]:
         """(slurm.conf text, gres.conf ``Type=``) of node i (0-based): typed nodes carry their type as a Feature too

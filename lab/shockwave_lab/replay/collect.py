@@ -128,6 +128,7 @@ def gather(replay) -> dict:
                      "placement_s": placement, "startup_s": startup,
                      "latency": runs.get(0, {}).get("latency"), "first_startup": runs.get(0, {}).get("startup"),
                      "epochs": sum(epochs.values()), "counts": counts,
+                     "nodes": [r.get("node") for r in sorted(tl, key=lambda r: int(r["run"])) if r["ev"] == "work_start"],
                      "requests": journal["requests"].get(str(jid), []),
                      "count_changes": sum(a != b for a, b in zip([j.gpus, *counts], counts, strict=False))})
     if problems:

@@ -42,22 +42,25 @@ ELASTIC_KEYS = (("resizes", "GPU count changes started", 0), ("resizes_done", "G
                 ("wasted_resizes", "wasted count changes", 0))
 #: the row of a replay with jobs submitted with --no-requeue (`preemptible: false` in the simulation)
 PINNED_KEYS = (("no_requeue_restarts", "restarts of --no-requeue jobs", 0),)
+#: the row of a replay on several GPU types: runs that started on another type than the job's run before
+TYPED_KEYS = (("type_moves", "moves to another GPU type", 0),)
 SPREAD_KEYS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 
 
-def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float,
+def simulate(specs, table, gpus, nodes: int, policy: str, restart_cost: float,
              time_scale: float | None = None, round_s: float = 120.0, early: bool = True,
              slurm_starts: bool = True) -> dict:
-    """`time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)
+    """`gpus`: a number, or {type: GPUs} with `table` {type: table} (replay/api.py `load`); `time_scale`: the replay's, for the model of its cluster's configuration (policy "slurm", replay/site.py)
     and of its controller's early rounds (None: production's); `round_s`: the controller's round in trace seconds
     (plain Slurm's model keeps its scheduler pass); `early`: False for the reference's rounds (no early ones);
     `slurm_starts`: Slurm starts an arrival between the controller's rounds where it fits (sim/slurm_starts.py)."""
     model = SLURM_MODEL if policy == "slurm" else policy_class(policy).name
     site = policy == "slurm" and time_scale
+    total = gpus if isinstance(gpus, int) else sum(gpus.values())   # {type: GPUs}: a cluster of several types
     gated = policy != "slurm"                     # the controller's gate; plain Slurm preempts nobody
     r = run_simulation(specs, table, gpus, model, round_length=model_round_s(time_scale) if site else round_s,
                        policy_config=model_settings(time_scale) if site else None, keep_round_log=True,
-                       restart_penalty=restart_cost, gpus_per_node=gpus // nodes if nodes else None,
+                       restart_penalty=restart_cost, gpus_per_node=total // nodes if nodes else None,
                        early_rounds=model_early_rounds(time_scale, round_s) if early and gated else None,
                        preemption_cost_s=restart_cost if gated else None, mode="authoritative",
                        slurm_starts=slurm_starts and early and gated)
@@ -76,6 +79,12 @@ def simulate(specs, table, gpus: int, nodes: int, policy: str, restart_cost: flo
                per_job={f"t{int(rec.job_id):03d}": round(rec.jct, 1) for rec in r.records})
     if any(s.gpus_range for s in specs):
         out.update(sim_resizes(r.round_log, round_s))
+    if not isinstance(gpus, int):
+        runs = {}
+        for rec in r.round_log:
+            for jid in rec.decision.run:
+                runs.setdefault(jid, []).append(next(iter(rec.decision.placement[jid])))
+        out["type_moves"] = sum(changes(ts) for ts in runs.values())
     if any(s.preemptible is False for s in specs):
         out["no_requeue_restarts"] = sum(rec.restarts for rec in r.records if spec[rec.job_id].preemptible is False)
     return out
@@ -115,6 +124,11 @@ def _share(intervals, records) -> dict:
         arrivals.setdefault(r.user, []).append(r.arrival_time)
         finishes.setdefault(r.user, []).append(r.finish_time)
     return user_share(intervals, arrivals, finishes)
+
+
+def changes(seq) -> int:
+    """How often a sequence changes value (a job's GPU type from one run or round to the next)."""
+    return sum(a != b for a, b in zip(seq, seq[1:]))
 
 
 def spread(specs, table, gpus: int, nodes: int, policy: str, restart_cost: float, time_scale: float,
@@ -161,7 +175,8 @@ def rows(result: dict) -> list[list[str]]:
     """[label, real, simulated, deviation] rows of one replay's result."""
     real, sim, dev = result["real"], result["simulated"], result.get("deviation", {})
     out = []
-    extra = (ELASTIC_KEYS if result.get("elastic") else ()) + (PINNED_KEYS if result.get("no_requeue") else ())
+    extra = (ELASTIC_KEYS if result.get("elastic") else ()) + (PINNED_KEYS if result.get("no_requeue") else ()) + (
+        TYPED_KEYS if result.get("gpu_types") else ())
     for key, label, nd in KEYS + extra:
         d = dev.get(key)
         dtext = "" if d is None else (f"{100 * d:+.1f}%" if key.endswith("_s") else f"{d:+.{max(nd, 1)}f}")

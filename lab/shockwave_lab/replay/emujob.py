@@ -15,6 +15,9 @@ done (a fraction of the epoch) is saved in the checkpoint, so the next run resum
 report carries the batch size it ran at, the GPUs and the time it took in this run (measured by `Training`, as for
 any program), and the samples of the part done in this run.
 
+On a cluster of several GPU types (`epoch_s_by_type`, `node_types`) it sleeps at the throughput of its node's type: a
+move to another type (a restart there) changes the length of the rest of the epoch as a count change does.
+
 An elastic job (`epoch_s_by_gpus` in its spec) sleeps each epoch at the throughput of the count this run has
 (`SHOCKWAVE_GPUS`, wrapper/context.py `count_gpus`): a count change (a restart on another count) keeps the fraction
 of the epoch done and changes the length of the rest.  A count its spec has no duration for fails the job.
@@ -57,7 +60,7 @@ def _timeline(path, **fields) -> None:
     if not path:
         return
     fields.update(t=time.time(), run=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
-                  job=os.environ.get("SLURM_JOB_ID", ""))
+                  job=os.environ.get("SLURM_JOB_ID", ""), node=os.environ.get("SLURMD_NODENAME", ""))
     with open(path, "a") as fh:
         fh.write(json.dumps(fields) + "\n")
 
@@ -71,7 +74,15 @@ def save_every(durations: dict, scale: float) -> int:
 
 
 def durations_at(spec: dict, gpus: int) -> dict:
-    """{batch size: epoch trace seconds} on `gpus` GPUs: the job's own count's, or an elastic job's at `gpus`."""
+    """{batch size: epoch trace seconds} on `gpus` GPUs: the job's own count's, or an elastic job's at `gpus`; on a
+    cluster of several GPU types its node's type's (`SLURMD_NODENAME`)."""
+    typed = spec.get("epoch_s_by_type") or {}
+    if typed:
+        node = os.environ.get("SLURMD_NODENAME", "")
+        t = (spec.get("node_types") or {}).get(node)
+        if t is None or any(t not in at for at in typed.values()):
+            raise SystemExit(f"emujob: no epoch durations on node {node!r} (type {t}) (spec {spec['name']})")
+        return {int(bs): float(at[t]) for bs, at in typed.items()}
     by = spec.get("epoch_s_by_gpus") or {}
     if not by:
         return {int(k): float(v) for k, v in spec["epoch_s"].items()}

@@ -47,6 +47,10 @@ class ReplayJob:
     gpus_range: tuple[int, int] | None = None     # elastic: the counts it declares (None: rigid)
     epoch_s_by_gpus: dict = field(default_factory=dict)  # elastic: batch size -> {GPUs: epoch trace seconds}
     requeue: bool = True          # False: submitted with --no-requeue (its spec's `preemptible: false`)
+    # several GPU types (`shockwave replay --gpu-types`): batch size -> {type: epoch trace seconds on `gpus`}, and the
+    # type of each node (the program sleeps its node type's duration: the simulator's throughput on that type)
+    epoch_s_by_type: dict = field(default_factory=dict)
+    node_types: dict = field(default_factory=dict)
 
     @property
     def declared_max_bs(self) -> int:
@@ -87,12 +91,14 @@ class ReplayJob:
         return {"name": self.name, "epochs": self.epochs, "schedule": list(self.schedule),
                 "epoch_s": {str(k): v for k, v in self.epoch_s.items()}, "samples": self.samples,
                 "time_scale": time_scale, "min_bs": min(self.schedule), "max_bs": self.declared_max_bs,
-                "epoch_s_by_gpus": _str_keys(self.epoch_s_by_gpus)}
+                "epoch_s_by_gpus": _str_keys(self.epoch_s_by_gpus),
+                "epoch_s_by_type": _str_keys(self.epoch_s_by_type), "node_types": dict(self.node_types)}
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["epoch_s"] = {str(k): v for k, v in self.epoch_s.items()}
         d["epoch_s_by_gpus"] = _str_keys(self.epoch_s_by_gpus)
+        d["epoch_s_by_type"] = _str_keys(self.epoch_s_by_type)
         return d
 
 
@@ -104,8 +110,9 @@ def users(n: int, prefix: str = "swreplay") -> list[str]:
     return [f"{prefix}-u{i + 1}" for i in range(max(1, n))]
 
 
-def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[ReplayJob]:
-    """One ReplayJob per JobSpec (in arrival order), users assigned round robin."""
+def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str], tables=None, node_types=None) -> list[ReplayJob]:
+    """One ReplayJob per JobSpec (in arrival order), users assigned round robin; `tables` ({type: table}) and
+    `node_types` ({node: type}): a cluster of several GPU types (each job's epoch durations on each type)."""
     out = []
     for i, s in enumerate(sorted(specs, key=lambda s: (s.arrival_time, s.job_id))):
         sched = tuple(profiles.schedule_of(s))
@@ -118,13 +125,25 @@ def plan_jobs(specs: list[JobSpec], throughputs, user_names: list[str]) -> list[
             lo, hi = s.gpus_range
             by_gpus = {bs: {n: s.samples / bs / thr for n, thr in throughputs.gpu_counts(s.model, bs).items()
                             if lo <= n <= hi and thr} for bs in sorted(set(sched))}
+        by_type = {bs: {t: s.samples / bs / _thr(tab, s, bs) for t, tab in (tables or {}).items()}
+                   for bs in sorted(set(sched))} if tables else {}
         out.append(ReplayJob(index=int(s.job_id), name=f"t{int(s.job_id):03d}", user=user_names[i % len(user_names)],
                              model=s.model, mode=s.mode, gpus=s.num_gpus, arrival_s=float(s.arrival_time),
                              samples=s.samples, schedule=sched, epoch_s=durations,
                              isolated_s=float(s.isolated_runtime), max_bs=s.declared_max_bs,
                              gpus_range=tuple(s.gpus_range) if s.gpus_range else None, epoch_s_by_gpus=by_gpus,
-                             requeue=s.preemptible is not False))
+                             requeue=s.preemptible is not False, epoch_s_by_type=by_type,
+                             node_types=dict(node_types or {})))
     return out
+
+
+def _thr(table, s: JobSpec, bs: int) -> float:
+    """The job's throughput at `bs` on its gang in `table` (at its first batch size where `bs` is not profiled);
+    ValueError where neither is (the controller could place it on that type, the simulator could not)."""
+    thr = table.get(s.model, bs, s.num_gpus) or table.get(s.model, s.initial_bs, s.num_gpus)
+    if not thr:
+        raise ValueError(f"job {s.job_id} ({s.model}, {s.num_gpus} GPU(s)): no throughput on a GPU type of the cluster")
+    return thr
 
 
 def check_counts(jobs: list[ReplayJob], node_gpus: int) -> None:

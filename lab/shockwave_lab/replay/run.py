@@ -55,13 +55,16 @@ class Replay:
     def __init__(self, jobs: list[P.ReplayJob], gpus: int = 32, nodes: int = 8, time_scale: float = 30.0,
                  policy: str = "shockwave", out=print, keep: bool = False, slurm: str | None = None,
                  timeout_s: float | None = None, expected_s: float | None = None, progress_every: float = 15.0,
-                 grace_seconds: float = 2.0, after_jobs=None):
+                 grace_seconds: float = 2.0, after_jobs=None, gpu_types=(), speeds=None):
         if gpus % nodes:
             raise ValueError(f"--gpus {gpus} is not a multiple of --nodes {nodes}")
         too_big = [j.name for j in jobs if j.gpus > gpus // nodes]
         if too_big:
             raise ValueError(f"jobs {too_big[:3]} ask for more GPUs than a node has ({gpus // nodes})")
         P.check_counts(jobs, gpus // nodes)
+        if gpu_types and len(gpu_types) != nodes:
+            raise ValueError(f"{len(gpu_types)} GPU types for {nodes} nodes: one type per node")
+        self.gpu_types, self.speeds = tuple(gpu_types), dict(speeds or {})
         self.jobs, self.gpus, self.nodes, self.scale = jobs, gpus, nodes, float(time_scale)
         self.policy, self.out, self.keep, self.slurm = policy, out, keep, slurm
         self.round_seconds = 120.0 / self.scale
@@ -127,7 +130,8 @@ class Replay:
                                     cpus_per_node=CPUS_PER_GPU * max(1, self.gpus // self.nodes), slurm=self.slurm,
                                     binds=BINDS, rw_binds=[self.root], host_python=sys.executable,
                                     extra_conf=site_priority(self.scale),
-                                    accounts={account_of(u): 1 for u in users}, users={u: account_of(u) for u in users})
+                                    accounts={account_of(u): 1 for u in users}, users={u: account_of(u) for u in users},
+                                    gpu_types=self.gpu_types)
         self.cluster.ensure_installed()
         self.cluster.up()
         self.out(f"local Slurm {self.cluster.slurm_version} cluster up: {self.nodes} nodes x "
@@ -171,7 +175,9 @@ class Replay:
         return (f'[controller]\nround_seconds = {self.round_seconds}\nmode = "authoritative"\n'
                 f'grace_seconds = {self.grace}\npreemption_cost_s = {PREEMPTION_COST_WALL_S}\n'
                 f'poll_seconds = {poll:g}\nmin_round_seconds = {gap:g}\n'
-                f'partition = "{c.partition}"\nstate_dir = "{self.root}/state"\nevent_store = "{self.store}"\n'
+                + (f"gpu_type_speeds = {{{', '.join(f'{t} = {x:g}' for t, x in self.speeds.items())}}}\n"
+                   if self.speeds else "")
+                + f'partition = "{c.partition}"\nstate_dir = "{self.root}/state"\nevent_store = "{self.store}"\n'
                 f'[policy]\nname = "{self.policy}"\n'
                 + (f'[slurm]\nbin_dir = "{c.bin_dir}"\n' if c.bin_dir else "")
                 + f'[slurm.env]\nSLURM_CONF = "{c.env["SLURM_CONF"]}"\n')
