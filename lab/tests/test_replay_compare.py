@@ -191,3 +191,23 @@ def test_on_several_gpu_types_each_job_sleeps_its_nodes_types_epochs_and_the_sit
     sim = compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 4, "shockwave-edf", 4.0, 30.0)
     assert sim["type_moves"] >= 0 and sim["makespan_s"] > 0
     assert compare.changes(["v100", "k80", "k80", "v100"]) == 2
+
+
+def test_uniform_speeds_make_the_controllers_speeds_every_jobs_own(tmp_path):
+    """`--uniform`: each job's epoch on a type is its workload-column epoch over the type's site speed, so the
+    controller's `gpu_type_speeds` are true for every job (the replay then measures the enactment alone)."""
+    from shockwave_lab.replay.api import site_speeds
+    thr = experiment_paths("tacc_32gpus")["throughputs"]
+    trace = tmp_path / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    types = ["v100", "k80"]
+    own, _s, _t = load(trace, thr, 8, 3, gpu_types=types)
+    jobs, specs, tables = load(trace, thr, 8, 3, gpu_types=types, uniform=True)
+    speeds = site_speeds(own, types)
+    assert site_speeds(jobs, types) == speeds
+    for j in jobs:
+        for bs, at in j.epoch_s_by_type.items():
+            assert at["k80"] == pytest.approx(at["v100"] / speeds["k80"]) and at["v100"] == pytest.approx(j.epoch_s[bs])
+    assert any(abs(a.epoch_s_by_type[b]["k80"] - j.epoch_s_by_type[b]["k80"]) > 1 for a, j in zip(own, jobs)
+               for b in a.epoch_s_by_type)                     # each job's own speeds differ from the site's
+    assert compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 2, "shockwave-edf", 4.0, 30.0)["makespan_s"] > 0

@@ -37,10 +37,12 @@ def section(res: dict, notes: str = "") -> str:
     load = " / ".join(f"{x:.1f}" for x in res["load_before"]) + " before, " + \
         " / ".join(f"{x:.1f}" for x in res["load_after"]) + " after"
     ok = {k: "yes" if abs(dev[k]) <= 0.05 else "**no**" for k in ("makespan_s", "avg_jct_s")}
+    who = "every job at these speeds, `--uniform`" if res.get("uniform_speeds") else "each job at its own speeds"
     return (f"    {res.get('command')}\n\n"
             f"{res['date']}; Slurm {res['slurm_version']}; {res['jobs']} jobs on {res['gpus']} GPUs, {res['nodes']} "
             f"nodes of types {', '.join(res['gpu_types'])} (in node order); the controller's `gpu_type_speeds` "
-            f"{res['gpu_type_speeds']}; {res['users']} users; policy {res['policy']}; rounds {res['round_seconds']:g} s; "
+            f"{res['gpu_type_speeds']} ({who}); {res['users']} users; policy {res['policy']}; rounds "
+            f"{res['round_seconds']:g} s; "
             f"wall {res['wall_s']:.0f} s; load average (1/5/15 min) {load} on {res['cpus']} cores; restart cost "
             f"measured {res['restart_cost_s'] or 0:.0f} trace s.\n\n" + render_markdown(res) + "\n\n"
             f"- makespan within 5% of the simulator: {ok['makespan_s']} (real / simulated "
@@ -58,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-scale", type=float, default=15.0)
     ap.add_argument("--hours", default="0.5,2", help="MIN,MAX hours of the generated jobs")
     ap.add_argument("--keep", action="store_true", help="keep the cluster's folder (logs, journal)")
+    ap.add_argument("--uniform", action="store_true", help="every job at the site's speed of each type (the "
+                    "controller's speeds true for every job: real against simulated measures the enactment alone)")
     ap.add_argument("--from-json", default=None, help="rewrite the doc from this kept result")
     ap.add_argument("--notes", default=None, help="a file whose text is appended to the doc (the reading)")
     args = ap.parse_args(argv)
@@ -74,11 +78,13 @@ def main(argv=None) -> int:
     trace = elastic_trace(RESULTS / f"typed-{args.jobs}jobs-seed{args.seed}-{args.hours.replace(',', '-')}h.trace",
                           args.jobs, args.seed, ThroughputTable.load(thr), hours)
     res = replay(str(trace), str(thr), gpus=args.gpus, nodes=len(types), time_scale=args.time_scale,
-                 policy=default_name(), users=4, out=lambda m: print(m, flush=True), keep=args.keep, gpu_types=types)
+                 policy=default_name(), users=4, out=lambda m: print(m, flush=True), keep=args.keep, gpu_types=types,
+                 uniform=args.uniform)
     res["command"] = (f"nice -n 10 .venv/bin/python bench/replay_typed.py --gpu-types {','.join(types)} --jobs "
                       f"{args.jobs} --seed {args.seed} --gpus {args.gpus} --time-scale {args.time_scale:g} "
-                      f"--hours {args.hours}")
-    path = RESULTS / f"typed-{'-'.join(types)}-s{args.time_scale:g}-{time.strftime('%Y%m%d-%H%M')}.json"
+                      f"--hours {args.hours}{' --uniform' if args.uniform else ''}")
+    kind = "-uniform" if args.uniform else ""
+    path = RESULTS / f"typed-{'-'.join(types)}{kind}-s{args.time_scale:g}-{time.strftime('%Y%m%d-%H%M')}.json"
     path.write_text(dumps(res, indent=1))
     DOC.write_text(TITLE + section(res, notes))
     print(f"typed: wall {res['wall_s']:.0f} s; deviation {res['deviation']}; kept {path}; wrote {DOC}", flush=True)

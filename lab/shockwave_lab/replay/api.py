@@ -15,7 +15,7 @@ from shockwave_lab.replay.run import Replay
 
 
 def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None, elastic: int | None = None,
-         no_requeue_every: int | None = None, gpu_types=()):
+         no_requeue_every: int | None = None, gpu_types=(), uniform: bool = False):
     """(ReplayJobs, JobSpecs with the replay's users, throughput table) of a trace; `elastic`: every job elastic from
     1 GPU up to that many (its own count when larger), as `simulate --elastic` makes them; `no_requeue_every`: every
     N-th job in arrival order (the first included) may not be preempted (`preemptible: false`, submitted with
@@ -31,15 +31,17 @@ def load(trace, throughputs, gpus: int, users: int = 4, first: int | None = None
         pinned = {s.job_id for s in order[::no_requeue_every]}
         specs = [dataclasses.replace(s, preemptible=False) if s.job_id in pinned else s for s in specs]
     if gpu_types:
-        return typed(specs, throughputs, gpus, users, list(gpu_types))
+        return typed(specs, throughputs, gpus, users, list(gpu_types), uniform)
     jobs = plan.plan_jobs(specs, table, plan.users(users))
     return jobs, plan.with_users(specs, jobs), table
 
 
-def typed(specs, throughputs, gpus: int, users: int, node_types: list):
+def typed(specs, throughputs, gpus: int, users: int, node_types: list, uniform: bool = False):
     """`load` on a cluster of several GPU types, one per node (`node_types`, as LocalCluster names its nodes): the
     JobSpecs as the simulator reads them, the ReplayJobs with their epochs on each type and their exclusive run time on
-    their reference type (gpu_types.retype), and the simulator's tables ({type: table}, the workload's column too)."""
+    their reference type (gpu_types.retype), and the simulator's tables ({type: table}, the workload's column too).
+    `uniform`: every job's speed on a type is the workload's column times the type's `site_speeds` (what the
+    controller is told is then true for every job: real against simulated measures the enactment alone)."""
     from shockwave_lab.localcluster.config import node_names
     from shockwave_lab.workload import gpu_types as G
     per = gpus // len(node_types)
@@ -47,6 +49,11 @@ def typed(specs, throughputs, gpus: int, users: int, node_types: list):
     base, tables = G.tables_for(throughputs, capacity)
     names = dict(zip(node_names(len(node_types)), node_types))
     jobs = plan.plan_jobs(G.retype(specs, base, tables, capacity), base, plan.users(users), tables, names)
+    if uniform:
+        speeds = site_speeds(jobs, node_types)
+        tables = {t: ThroughputTable({k: x * speeds[t] for k, x in base._t.items()}, f"{base.source} x {speeds[t]}")
+                  for t in capacity}
+        jobs = plan.plan_jobs(G.retype(specs, base, tables, capacity), base, plan.users(users), tables, names)
     return jobs, plan.with_users(specs, jobs), {G.BASE: base, **tables}
 
 
@@ -79,10 +86,10 @@ def start_cost(real: dict) -> float:
 def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float = 30.0, policy: str = "shockwave",
            users: int = 4, first: int | None = None, out=print, keep: bool = False, slurm: str | None = None,
            timeout_s: float | None = None, progress_every: float = 15.0, argv=None, elastic: int | None = None,
-           no_requeue_every: int | None = None, gpu_types=()) -> dict:
+           no_requeue_every: int | None = None, gpu_types=(), uniform: bool = False) -> dict:
     """The result: {"real": {...}, "simulated": {...}, "deviation": {...}, ...} (all times in trace seconds);
     `gpu_types`: one GPU type per node (then `nodes` is their number), the controller given `site_speeds`."""
-    jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic, no_requeue_every, gpu_types)
+    jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic, no_requeue_every, gpu_types, uniform)
     speeds = site_speeds(jobs, gpu_types) if gpu_types else {}
     capacity = {t: gpus // nodes * list(gpu_types).count(t) for t in dict.fromkeys(gpu_types)} or gpus
     if policy != "slurm":
@@ -107,7 +114,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     sim = compare.simulate(specs, table, capacity, nodes, policy, start_cost(real), time_scale)
     return {"policy": policy, "time_scale": time_scale, "round_seconds": 120 / time_scale, "gpus": gpus,
             "nodes": nodes, "jobs": len(jobs), "users": users, "trace": str(trace), "elastic": elastic,
-            "gpu_types": list(gpu_types), "gpu_type_speeds": speeds,
+            "gpu_types": list(gpu_types), "gpu_type_speeds": speeds, "uniform_speeds": uniform,
             "no_requeue": [j.name for j in jobs if not j.requeue],
             "slurm_version": raw["slurm_version"], "wall_s": round(raw["wall_s"], 1),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
