@@ -44,8 +44,7 @@ def typed(specs, throughputs, gpus: int, users: int, node_types: list, uniform: 
     controller is told is then true for every job: real against simulated measures the enactment alone)."""
     from shockwave_lab.localcluster.config import node_names
     from shockwave_lab.workload import gpu_types as G
-    per = gpus // len(node_types)
-    capacity = {t: per * node_types.count(t) for t in dict.fromkeys(node_types)}
+    capacity = type_capacity(gpus, node_types)
     base, tables = G.tables_for(throughputs, capacity)
     names = dict(zip(node_names(len(node_types)), node_types))
     jobs = plan.plan_jobs(G.retype(specs, base, tables, capacity), base, plan.users(users), tables, names)
@@ -55,6 +54,12 @@ def typed(specs, throughputs, gpus: int, users: int, node_types: list, uniform: 
                   for t in capacity}
         jobs = plan.plan_jobs(G.retype(specs, base, tables, capacity), base, plan.users(users), tables, names)
     return jobs, plan.with_users(specs, jobs), {G.BASE: base, **tables}
+
+
+def type_capacity(gpus: int, node_types: list) -> dict:
+    """{type: GPUs} of `gpus` GPUs spread evenly over nodes of one type each (`node_types`, in node order)."""
+    per = gpus // len(node_types)
+    return {t: per * node_types.count(t) for t in dict.fromkeys(node_types)}
 
 
 def site_speeds(jobs, types) -> dict:
@@ -91,7 +96,7 @@ def replay(trace, throughputs, gpus: int = 32, nodes: int = 8, time_scale: float
     `gpu_types`: one GPU type per node (then `nodes` is their number), the controller given `site_speeds`."""
     jobs, specs, table = load(trace, throughputs, gpus, users, first, elastic, no_requeue_every, gpu_types, uniform)
     speeds = site_speeds(jobs, gpu_types) if gpu_types else {}
-    capacity = {t: gpus // nodes * list(gpu_types).count(t) for t in dict.fromkeys(gpu_types)} or gpus
+    capacity = type_capacity(gpus, list(gpu_types)) if gpu_types else gpus
     if policy != "slurm":
         from solver.policies import policy_class
         policy_class(policy)                         # an unknown name fails here, before a cluster starts
