@@ -44,6 +44,10 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 150, PRODUCT_MAX_MO
 #: time at the GPUs a job gets (statusview.py), 16 lines (16,107), and `controller check`'s line on speeds that miss a
 #: type of the partition (slurm/preflight.py), 14 lines (16,121)
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 275, PRODUCT_MAX_MODULES + 1
+#: a job's own speed on each GPU type on Slurm (its `speed=` hint, its rates measured on each type it ran on:
+#: slurm/type_speeds.py), and its waiting view read on the type its events were measured on: one module, 160 lines
+#: (16,279)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 160, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

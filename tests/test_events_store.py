@@ -271,7 +271,7 @@ def test_summarize_requeue_and_resume(store):
     assert (p.epochs_done, p.total_epochs, p.batch_size, p.restarts) == (3, 4, 64, 1)
     assert p.bs_per_epoch == (32, 64, 64)
     assert p.epoch_duration_by_bs == {32: 10.0, 64: 5.0}      # the resumed run's first epoch is not timed
-    assert (p.last_throughput, p.last_throughput_bs, p.last_throughput_gpus) == (200.0, 64, 2)
+    assert (p.last_throughput, p.last_throughput_bs, p.last_throughput_gpus, p.last_throughput_run) == (200.0, 64, 2, 0)
     assert (p.min_batch_size, p.max_batch_size, p.gpus) == (32, 128, 2)
     assert p.last_checkpoint_path == "/c/7.pkl" and p.running and not p.finished
     evs.append(validate(make_record("epoch_end", "7", 1, t + 47, epoch=3, batch_size=64,

@@ -188,6 +188,12 @@ def test_on_several_gpu_types_each_job_sleeps_its_nodes_types_epochs_and_the_sit
         durations_at(spec, j.gpus)
     speeds = site_speeds(jobs, types)
     assert speeds["v100"] == 1.0 and 0 < speeds["k80"] < 1
+    # each job declares its own speed on each type (slurm/hints.py `speed=`), as its epochs on each give it
+    from slurm_shockwave.slurm.hints import parse_hints
+    for job in jobs:
+        declared = dict(parse_hints(job.comment(30.0), "shockwave").speed)
+        at = job.epoch_s_by_type[job.schedule[0]]
+        assert declared == pytest.approx({t: min(at.values()) / s for t, s in at.items()}, abs=6e-4)
     sim = compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 4, "shockwave-edf", 4.0, 30.0)
     assert sim["type_moves"] >= 0 and sim["makespan_s"] > 0
     assert compare.changes(["v100", "k80", "k80", "v100"]) == 2

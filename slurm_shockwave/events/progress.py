@@ -31,6 +31,7 @@ class JobProgress:
     last_throughput: float | None = None
     last_throughput_bs: int | None = None
     last_throughput_gpus: int | None = None
+    last_throughput_run: int | None = None  # the restart count of the run that reported it (its GPU type's run)
     gpus: int | None = None
     restarts: int = 0
     min_batch_size: int | None = None

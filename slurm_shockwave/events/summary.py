@@ -106,7 +106,10 @@ class ProgressState:
             v["last_gns"] = e.gns
         if e.throughput is not None:
             v.update(
-                last_throughput=e.throughput, last_throughput_bs=e.throughput_bs, last_throughput_gpus=e.throughput_gpus
+                last_throughput=e.throughput,
+                last_throughput_bs=e.throughput_bs,
+                last_throughput_gpus=e.throughput_gpus,
+                last_throughput_run=e.restart,
             )
         if e.kind in ("start", "prolog_start"):
             ts["start"] = max(ts["start"], e.ts)
@@ -119,6 +122,7 @@ class ProgressState:
                     last_throughput=e.samples / e.duration_s,
                     last_throughput_bs=e.batch_size,
                     last_throughput_gpus=e.gpus,
+                    last_throughput_run=e.restart,
                 )
         elif e.kind == "batch_size_change":
             self._set_bs(e)

@@ -245,6 +245,7 @@ class SlurmBackend(ServiceBackend):
         if failed:
             self._quarantine(failed, now)
             managed = [(j, m) for j, m in managed if j.job_id not in failed]
+        self.types.rates.keep(j.job_id for j, _ in managed)  # each job's own speed per GPU type (type_speeds.py)
         self._left = {v.job_id: work_left_s(v, None) for v in views}
         self.preemptions.observe({j.job_id: j for j in jobs}, self.round_length, now)
         self._orphans = held_orphans(jobs, self._observed, self._ac, self.cfg.partition)
@@ -395,5 +396,5 @@ class SlurmBackend(ServiceBackend):
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         nodes = self.pins.running_on(j) if j.state == "RUNNING" else ()
         view = replace(view, nodes=nodes, allowed_nodes=self.pins.user_nodes(j))
-        view = self.types.speeds(j, view, self.cfg.gpu_type_speeds)
+        view = self.types.speeds(j, view, self.cfg.gpu_type_speeds, marker.get("speed"), p)
         return self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent)

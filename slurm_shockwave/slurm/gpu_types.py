@@ -28,6 +28,7 @@ from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
 from slurm_shockwave.slurm.shapes import feature_list as _features
+from slurm_shockwave.slurm.type_speeds import TypeRates, by_type, relative
 from solver.types import GPU, JobView
 
 log = logging.getLogger("slurm_shockwave.slurm")
@@ -136,6 +137,7 @@ class GpuTypes:
         self.node_type: dict[str, str] = {}
         self.feature_ok: set[str] = set()
         self.jobs: dict[int, SlurmJob] = {}
+        self.rates = TypeRates(state)  # each job's own measured speed per type (type_speeds.py)
 
     @property
     def typed(self) -> bool:
@@ -200,21 +202,31 @@ class GpuTypes:
             return self.running_type(job) or self.pinned(job)
         return self.pinned(job)
 
-    def speeds(self, job: SlurmJob, view: JobView, speeds: dict) -> JobView:
-        """The view on a cluster of several types: the type a running job runs on (`running_type`); with a speed
-        for every type (the site's ``gpu_type_speeds``), its throughput on each type it may run on (its user's type
-        only, when its user asked for one; `throughput_by_type`), its throughput read as measured on the type it
-        runs on (a waiting job's: on the fastest).  Without: no speeds, no moves (solver/type_moves.py)."""
+    def speeds(self, job: SlurmJob, view: JobView, speeds: dict, hint=None, progress=None) -> JobView:
+        """The view on a cluster of several types: the type a running job runs on (`running_type`); with a speed for
+        every type (the site's ``gpu_type_speeds``, over them its ``speed=`` `hint` and its own rates measured from
+        its events, `progress`: slurm/type_speeds.py), its throughput on each type it may run on (its user's type
+        only, when its user asked for one; `throughput_by_type`) and its view's throughput and epoch times those of
+        the type it runs on (a waiting job's: the fastest for it).  Without: no speeds, no moves."""
         if not self.typed:
             return view
         running = self.running_type(job) if job.state == "RUNNING" else None
-        if not all(t in speeds for t in self.capacity):
-            return replace(view, running_type=running)
-        ref = running if running in self.capacity else max(self.capacity, key=lambda t: (speeds[t], t))
+        if progress is not None:
+            self.rates.update(job, running, progress)
         pin = self.pinned(job)
         types = list(self.capacity) if pin is None else [pin] if pin in self.capacity else []
-        by_type = {t: view.throughput * speeds[t] / speeds[ref] for t in types}
-        return replace(view, running_type=running, throughput_by_type=by_type)
+        measured, src = self.rates.of(job.job_id), self.rates.last.get(str(job.job_id))
+        rel = relative(types, speeds, hint, measured, src)
+        if rel is None:
+            return replace(view, running_type=running)
+        ref = running if running in rel else max(rel, key=lambda t: (rel[t], t))
+        key = (view.batch_size, max(job.gpus, 1))
+        by = by_type(view.throughput, rel, ref, key, measured, src)
+        f = by[ref] / view.throughput if view.throughput > 0 else 1.0
+        durations = {b: d / f for b, d in view.epoch_duration_by_bs.items()}
+        return replace(
+            view, running_type=running, throughput_by_type=by, throughput=by[ref], epoch_duration_by_bs=durations
+        )
 
     def moves(self, placement, run: set, assigned: dict, node_moves: dict, ours: bool) -> tuple[dict, dict]:
         """({job: its new nodes, () where the view lists none}, {job: its mark's reason}) of the round's moves

@@ -21,7 +21,10 @@ job on (an elastic job, resized through checkpoint and requeue, its global batch
 GPU count is never changed), ``speedup=2x1.9/4x3.5/8x6.2`` an elastic job's profile: its throughput on each listed
 count as a multiple of its throughput on its own count (at most 16 counts, each 1..the partition's GPUs, factors
 10^-3..10^4; until the job has run on a count and reported it, the controller's only knowledge of that count beside
-its ``elastic_speedup_exponent``, resize.py), ``signal`` the job's checkpoint signal as in
+its ``elastic_speedup_exponent``, resize.py), ``speed=v100x1/k80x0.3`` the job's relative speed on each GPU type it
+lists (at most 16 types, each once, factors 10^-3..10^4; on a cluster of several types, until it has run on two of
+them, what the controller knows of its speed there beside the site's ``gpu_type_speeds``: slurm/type_speeds.py),
+``signal`` the job's checkpoint signal as in
 ``sbatch --signal``: ``signal=USR2`` (to the job's steps, its srun tasks), ``signal=B:USR1`` (to the batch shell only;
 a ``@time`` is ignored), read by `checkpoint_signal`.
 """
@@ -42,6 +45,8 @@ FLOAT_KEYS = ("epoch_s",)
 _ASCII_INT = re.compile(r"[0-9]{1,15}\Z", re.ASCII)
 _ASCII_RANGE = re.compile(r"([0-9]{1,15})-([0-9]{1,15})\Z", re.ASCII)
 _SPEEDUP_ITEM = re.compile(r"([0-9]{1,6})x([0-9]{1,6}(?:\.[0-9]{0,9})?)\Z", re.ASCII)
+#: ``TYPExFACTOR``: a GPU type's name (slurm/gpu_types.py's rule, an ``x`` in it too) and the last ``x`` before a factor
+_SPEED_ITEM = re.compile(r"([A-Za-z0-9_.-]{1,64})x([0-9]{1,6}(?:\.[0-9]{0,9})?)\Z", re.ASCII)
 MAX_SPEEDUP_COUNTS = 16
 SPEEDUP_FACTORS = (1e-3, 1e4)
 _ASCII_FLOAT = re.compile(r"(?:[0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
@@ -127,6 +132,7 @@ def _model():
             gpus: int | None = Field(None, ge=1)
             gpus_range: tuple[int, int] | None = None  # ``gpus=MIN-MAX``
             speedup: tuple[tuple[int, float], ...] | None = None  # ``speedup=2x1.9/4x3.5``: (count, factor)
+            speed: tuple[tuple[str, float], ...] | None = None  # ``speed=v100x1/k80x0.3``: (GPU type, factor)
             signal: str | None = None
 
             @model_validator(mode="after")
@@ -174,10 +180,10 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
                 raise HintError("hint gpus given twice")
             values["gpus_range"] = (int(rng.group(1)), int(rng.group(2)))
             continue
-        if key == "speedup":
+        if key in ("speedup", "speed"):
             if key in values:
-                raise HintError("hint speedup given twice")
-            values[key] = _speedup(value)
+                raise HintError(f"hint {key} given twice")
+            values[key] = _speedup(value) if key == "speedup" else _speed(value)
             continue
         if key in INT_KEYS:
             if not _ASCII_INT.match(value):
@@ -188,7 +194,8 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
                 raise HintError(f"hint {key}={_short(value)}: not a number in ASCII digits")
             number = float(value)
         else:
-            raise HintError(f"unknown hint {_short(key)} (known: {', '.join(INT_KEYS + FLOAT_KEYS)}, speedup, signal)")
+            known = ", ".join((*INT_KEYS, *FLOAT_KEYS, "speedup", "speed", "signal"))
+            raise HintError(f"unknown hint {_short(key)} (known: {known})")
         if key in values or (key == "gpus" and "gpus_range" in values):
             raise HintError(f"hint {key} given twice")
         values[key] = number
@@ -212,22 +219,35 @@ def parse_hints(comment, marker: str, max_gpus: int | None = None):
 
 def _speedup(value: str) -> tuple[tuple[int, float], ...]:
     """``2x1.9/4x3.5`` -> ((2, 1.9), (4, 3.5)), each count once, 1 <= count, factors within SPEEDUP_FACTORS."""
+    out = {int(n): f for n, f in _factors("speedup", value, _SPEEDUP_ITEM, "COUNT").items()}
+    if min(out) < 1 or len(out) < len(value.split("/")):
+        raise HintError(f"hint speedup={_short(value)}: each count >= 1, once")
+    return tuple(sorted(out.items()))
+
+
+def _speed(value: str) -> tuple[tuple[str, float], ...]:
+    """``v100x1/k80x0.3`` -> (('k80', 0.3), ('v100', 1.0)), each type once, factors within SPEEDUP_FACTORS."""
+    return tuple(sorted(_factors("speed", value, _SPEED_ITEM, "TYPE").items()))
+
+
+def _factors(key: str, value: str, pattern, what: str) -> dict[str, float]:
+    """{item: factor} of ``AxF/BxG`` (1 to MAX_SPEEDUP_COUNTS items, each once, factors within SPEEDUP_FACTORS)."""
     items = value.split("/")
     if not 1 <= len(items) <= MAX_SPEEDUP_COUNTS:
-        raise HintError(f"hint speedup={_short(value)}: 1 to {MAX_SPEEDUP_COUNTS} items COUNTxFACTOR joined by /")
-    out: dict[int, float] = {}
+        raise HintError(f"hint {key}={_short(value)}: 1 to {MAX_SPEEDUP_COUNTS} items {what}xFACTOR joined by /")
+    out: dict[str, float] = {}
     for item in items:
-        m = _SPEEDUP_ITEM.match(item)
+        m = pattern.match(item)
         if m is None:
-            raise HintError(f"hint speedup={_short(value)}: {_short(item, 12)} is not COUNTxFACTOR in ASCII digits")
-        n, factor = int(m.group(1)), float(m.group(2))
-        if n < 1 or n in out or not SPEEDUP_FACTORS[0] <= factor <= SPEEDUP_FACTORS[1]:
+            raise HintError(f"hint {key}={_short(value)}: {_short(item, 12)} is not {what}xFACTOR in ASCII")
+        name, factor = m.group(1), float(m.group(2))
+        if name in out or not SPEEDUP_FACTORS[0] <= factor <= SPEEDUP_FACTORS[1]:
             raise HintError(
-                f"hint speedup={_short(value)}: {_short(item, 12)} (a count >= 1 once, a factor "
+                f"hint {key}={_short(value)}: {_short(item, 12)} (each {what.lower()} once, a factor "
                 f"{SPEEDUP_FACTORS[0]:g}..{SPEEDUP_FACTORS[1]:g})"
             )
-        out[n] = factor
-    return tuple(sorted(out.items()))
+        out[name] = factor
+    return out
 
 
 def check_gpus_range(gpus_range, job_gpus: int, submitit: bool = False) -> None:

@@ -11,7 +11,8 @@ An elastic job (`JobSpec.gpus_range`, set by `shockwave replay --elastic N` as `
 carries its epoch duration at each batch size on each GPU count the simulator offers it (`epoch_s_by_gpus`: the
 profiled counts within its range, from the same table) and declares its range in its comment (`gpus=MIN-MAX`; its
 `--gres` stays its own count) and its profile at its first batch size (`speedup=2x1.55/...`, as a researcher who
-profiled the job would: the controller's knowledge of a count it has not run on).  `check_counts` refuses a job
+profiled the job would: the controller's knowledge of a count it has not run on); on a cluster of several GPU types
+each job declares its speed on each type the same way (`speed=v100x1.000/k80x0.312`).  `check_counts` refuses a job
 the controller could give a count the table has no throughput for, or deny one the simulator offers (the
 controller's counts divide the batch and fit a node: slurm/resize.py `counts`).
 
@@ -76,7 +77,7 @@ class ReplayJob:
         rng = f" gpus={self.gpus_range[0]}-{self.gpus_range[1]}" if self.gpus_range else ""
         return (f"shockwave epochs={self.epochs} bs={self.schedule[0]} min_bs={min(self.schedule)} "
                 f"max_bs={self.declared_max_bs} samples={self.samples} "
-                f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}{rng}{self.speedup_hint()}")
+                f"epoch_s={self.epoch_s[self.schedule[0]] / time_scale:.4f}{rng}{self.speedup_hint()}{self.speed_hint()}")
 
     def speedup_hint(self) -> str:
         """An elastic job's profile at its first batch size, as a researcher who profiled it declares it
@@ -85,6 +86,13 @@ class ReplayJob:
         own = at.get(self.gpus)
         others = sorted((int(n), own / s) for n, s in at.items() if int(n) != self.gpus and s > 0) if own else []
         return " speedup=" + "/".join(f"{n}x{f:.3f}" for n, f in others) if others else ""
+
+    def speed_hint(self) -> str:
+        """On a cluster of several GPU types, its speed on each type at its first batch size relative to its fastest,
+        as a researcher who profiled it declares it (``speed=v100x1.000/k80x0.312``, slurm/hints.py)."""
+        at = {t: s for t, s in (self.epoch_s_by_type.get(self.schedule[0]) or {}).items() if s > 0}
+        best = min(at.values(), default=0.0)
+        return " speed=" + "/".join(f"{t}x{best / s:.3f}" for t, s in sorted(at.items())) if len(at) > 1 else ""
 
     def spec(self, time_scale: float) -> dict:
         """The emulated program's input (a JSON file next to the job's work directory)."""
