@@ -148,7 +148,7 @@ def test_metrics_address_is_where_it_listens(tmp_path):
         metrics.shutdown()
 
 
-def test_the_share_each_rule_decided_is_exported_per_round():
+def test_the_share_each_rule_decided_and_the_moves_between_gpu_types_are_exported_per_round():
     """`explain` names the rule that placed each job; the metrics say which rules decide (issue 21)."""
     from types import SimpleNamespace
 
@@ -165,10 +165,13 @@ def test_the_share_each_rule_decided_is_exported_per_round():
     view = ClusterView(now=0.0, round_index=3, round_length=120.0, num_gpus=8, jobs=(job(1, 4), job(2, 2), job(3, 2)))
     decision = RoundDecision(run=(1, 2, 3), plans={1: JobPlan(1, rule="critical_path"), 2: JobPlan(2, rule="market"),
                                                    3: JobPlan(3, rule="market")})
-    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None)
+    loop = SimpleNamespace(last_type_moves={2: ("k80", "v100")})          # the round moved job 2 to a v100
+    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None, loop=loop)
     for _ in range(2):
         Controller._round_metrics(fake, RoundRecord(view, decision, 0.01, False, "p"), busy=8)
+        loop.last_type_moves = {}
     text = generate_latest(fake.metrics.registry).decode()
+    assert 'shockwave_type_moves_total{from_type="k80",to_type="v100"} 1.0' in text
     assert 'shockwave_round_rule_share{rule="market"} 0.5' in text
     assert 'shockwave_round_rule_share{rule="critical_path"} 0.5' in text
     assert 'shockwave_round_rule_share{rule="guard"} 0.0' in text
@@ -192,7 +195,7 @@ def test_gpu_share_and_fairness_are_exported_per_account_and_user():
     jobs = (job(1, 4, "ann", "physics"), job(2, 2, "ann", "physics"), job(3, 2, "bob", "bio"))
     plans = {1: JobPlan(1, rule="market", rho_hat=1.2), 2: JobPlan(2, rho_hat=0.9), 3: JobPlan(3, rule="market",
                                                                                                rho_hat=float("nan"))}
-    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None)
+    fake = SimpleNamespace(metrics=ControllerMetrics(), reader=None, loop=SimpleNamespace(last_type_moves={}))
     for _ in range(2):      # ann's job 2 waits: 4 of her 6 GPUs run
         view = ClusterView(now=0.0, round_index=3, round_length=120.0, num_gpus=8, jobs=jobs)
         Controller._round_metrics(fake, RoundRecord(view, RoundDecision(run=(1, 3), plans=plans), 0.01, False, "p"),

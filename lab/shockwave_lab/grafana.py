@@ -218,6 +218,12 @@ def _preemptions() -> list[Builder[Any]]:
         _series("Enactment actions", "Slurm actions issued (and failed) by verb in the window.", "none",
                 _q("sum by (verb) (increase(shockwave_enact_actions_total[$window]))", "{{verb}}"),
                 _q("sum by (verb) (increase(shockwave_enact_errors_total[$window]))", "{{verb}} failed", "B")),
+        _series("GPU count changes and type moves", "Elastic jobs' GPU count changes by outcome in the window "
+                "(started, done, wasted: changed again before it ran a round at its count; target wasted 0), and "
+                "running jobs moved to a faster GPU type, from and to.", "none",
+                _q("sum by (outcome) (increase(shockwave_resizes_total[$window]))", "count change {{outcome}}"),
+                _q("sum by (from_type, to_type) (increase(shockwave_type_moves_total[$window]))",
+                   "{{from_type}} -> {{to_type}}", "B")),
     ]  # fmt: skip
 
 

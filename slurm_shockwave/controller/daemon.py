@@ -354,6 +354,8 @@ class Controller:
         for rule, n in placed.items():
             m.gpu_rounds.labels(rule).inc(n)
         m.set_users({j.job_id: (j.account, j.user) for j in view.jobs}, {j: gpus.get(j, 0) for j in decision.run}, rho)
+        for a, b in self.loop.last_type_moves.values():  # solver/type_moves.py
+            m.type_moves.labels(a, b).inc()
         if self.reader is not None:
             m.set_event_counts(self.reader.accepted, dict(self.reader.rejected))
 

@@ -74,6 +74,9 @@ class ControllerMetrics:
         self.resizes = Counter("shockwave_resizes", "GPU count changes of elastic jobs by outcome: started (its first "
                                "step enacted), done (running at its new count), wasted (changed again before it ran "
                                "a round at its count); target: wasted 0", ["outcome"], registry=r)
+        self.type_moves = Counter("shockwave_type_moves", "Running jobs a round moved to a faster GPU type (the "
+                                  "time saved pays for two restarts; enacted in authoritative mode)",
+                                  ["from_type", "to_type"], registry=r)
         # what decides, measured (solver/types.py RULES): GPUs of this round placed by each rule, and the total
         self.rule_share = Gauge("shockwave_round_rule_share", "Share of this round's planned GPUs placed by each "
                                 "rule (market, critical_path, deadline, finishing, backfill, guard, fallback, ...)",
