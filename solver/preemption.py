@@ -11,7 +11,9 @@ count): a job is not thrashed.  A job the gate keeps takes its GPUs back from th
 user's first, then those of users who would still hold at least as many GPUs for their weight: the bound never buys a
 user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the longest wait: a
 reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes before the bound on
-another's restarts); when those do not free enough GPUs of its type it is preempted after all. An elastic job that runs
+another's restarts); when those do not free enough GPUs of its type it is preempted after all.  A job whose preemption
+would pay but whose GPUs then go to no job (the start it made room for went back out for a kept one) is kept too: its
+preemption would buy nothing (`IDLE`).  An elastic job that runs
 on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps
 for a waste it saves keeps only those GPUs (`held`).
 
@@ -36,6 +38,9 @@ from solver.types import ClusterView, JobPlan, JobView, RoundDecision
 #: running jobs) may pass it.  The controller's `rounds_per_restart` (ControllerConfig) defaults to it
 ROUNDS_PER_RESTART = 10
 
+
+#: why the gate keeps a job whose preemption would leave its GPUs idle (the start it made room for went back out)
+IDLE = "its GPUs would idle: nothing starts there"
 
 #: the last-round rule keeps a job in its first round there and this many more (a round's slack for its end: its last
 #: report, Slurm's completion), later only while its steps left halve every this many rounds plus one
@@ -166,10 +171,11 @@ def gate(
             j.job_id in outlived,
         )
     # the jobs closest to their end first: they lose the most by a preemption
-    for j in sorted(
+    order = sorted(
         lost,
         key=lambda j: (verdicts[j.job_id].remaining_s is None, verdicts[j.job_id].remaining_s or 0.0, str(j.job_id)),
-    ):
+    )
+    for j in order:
         v = verdicts[j.job_id]
         if v.pays:
             continue
@@ -188,6 +194,15 @@ def gate(
         t = _home(j) or Packer(free_gpus(view, placement)).take(held(j), j.gpu_type, j.throughput_by_type)
         run.append(j.job_id)
         placement[j.job_id] = {t: held(j)}
+        plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
+    # a preemption pays only for the job that takes its GPUs: one whose start the keeps above took out leaves them idle
+    for j in order:
+        free, here = free_gpus(view, placement), _home(j)
+        if not verdicts[j.job_id].pays or j.job_id in run or not _fits(free, here, j):
+            continue
+        v = verdicts[j.job_id] = replace(verdicts[j.job_id], pays=False, why=IDLE)
+        run.append(j.job_id)
+        placement[j.job_id] = {here or Packer(free).take(held(j), j.gpu_type, j.throughput_by_type): held(j)}
         plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
     for jid, v in verdicts.items():
         if v.pays:
@@ -229,6 +244,12 @@ def _home(job: JobView) -> str | None:
     if t is None or (job.gpu_type is not None and t != job.gpu_type):
         return None
     return t if not job.throughput_by_type or t in job.throughput_by_type else None
+
+
+def _fits(free: Mapping[str, int], here: str | None, job: JobView) -> bool:
+    """Do the GPUs it keeps fit `free`: on `here` (the type it runs on), else on any type it can run on?"""
+    n = held(job)
+    return free.get(here, 0) >= n if here is not None else Packer(free).fits(n, job.gpu_type, job.throughput_by_type)
 
 
 def _held(
@@ -277,13 +298,7 @@ def _make_room(
             and (held_by[jobs[x].user] - sum(placement[x].values())) / weight[jobs[x].user] >= mine / weight[u] - 1e-9
         ]
 
-    def fits() -> bool:
-        n = held(job)
-        return (
-            free.get(here, 0) >= n if here is not None else Packer(free).fits(n, job.gpu_type, job.throughput_by_type)
-        )
-
-    while not fits():
+    while not _fits(free, here, job):
         if not newcomers:
             return None
         e = newcomers.pop(0)

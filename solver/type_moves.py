@@ -135,8 +135,8 @@ def _make_room(
     n: int,
 ) -> tuple[float, dict[Any, str]] | None:
     """Room for `jid`'s `n` GPUs on `b` once it leaves `a`: (seconds the starts moved for it lose, {start: its new
-    type}), the starts that lose the least per GPU first; None when the idle GPUs and the starts on `b` do not
-    make enough."""
+    type}), the starts that lose the least per GPU first (never one its user pinned to a type or to nodes); None when
+    the idle GPUs and the starts on `b` do not make enough."""
     free = free_gpus(view, placement)
     free[a] = free.get(a, 0) + n
     free[b] = free.get(b, 0) - n
@@ -145,7 +145,9 @@ def _make_room(
     starts = []
     for s, p in placement.items():
         j = jobs.get(s)
-        if j is None or j.ran_last_round or s in settled or s == jid or set(p) != {b} or j.gpu_type == b:
+        if j is None or j.ran_last_round or s in settled or s == jid or set(p) != {b}:
+            continue
+        if j.gpu_type == b or j.allowed_nodes:  # its user's type or nodes
             continue
         m = sum(p.values())
         here = _start_left(j, plans.get(s), b, m)

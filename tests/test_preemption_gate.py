@@ -4,6 +4,8 @@ takes its GPUs back from the newly started jobs; the reasons say why a job is st
 the cost is measured from the job's own events; the simulator charges it and counts wasted preemptions."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from solver.preemption import ROUNDS_PER_RESTART, gate, verdict, wasted
 from solver.types import RULES, ClusterView, JobPlan, JobView, Policy, RoundDecision
 from slurm_shockwave.backends.base import check_decision
@@ -69,6 +71,25 @@ def test_a_job_in_its_last_round_keeps_its_gpus_from_the_newest_start():
     assert "released at t+1060s (round +3)" in plans[2].reason and plans[2].expected_start == 1060.0
 
 
+def test_a_preemption_whose_gpus_no_start_takes_is_not_made():
+    """Jobs 1 and 2 lose their round to job 4, a 4-GPU start; the restart bound keeps job 3 (it has run 5 rounds), so
+    job 4 goes back out: 1 and 2 then keep running (their GPUs would idle), and the round restarts nobody."""
+    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=4,
+                       jobs=(jv(1, True, 900.0), jv(2, True, 800.0), jv(3, True, 900.0, run_s=5 * ROUND),
+                             jv(4, False, 900.0, gpus=4)))
+    plans = {4: JobPlan(4, rule="market"), **{i: JobPlan(i, next_offset=5) for i in (1, 2, 3)}}
+    g, verdicts = gate(view, decided(view, (4,), plans), {}, 5.0)
+    assert sorted(g.run) == [1, 2, 3] and {g.plans[i].rule for i in (1, 2, 3)} == {"kept"}
+    assert not any(v.pays for v in verdicts.values())
+    assert verdicts[2].why == verdicts[1].why == "its GPUs would idle: nothing starts there"
+    check_decision(view, g)
+    # a start that still fits beside the kept job takes the preempted ones' GPUs: they are stopped
+    view = replace(view, jobs=(*view.jobs[:3], jv(4, False, 900.0, gpus=3)))
+    plans[4] = JobPlan(4, rule="market")
+    g, verdicts = gate(view, decided(view, (4,), plans), {}, 5.0)
+    assert sorted(g.run) == [3, 4] and verdicts[1].pays and verdicts[2].pays
+
+
 def test_the_work_left_is_the_least_of_the_plans_prediction_and_the_views():
     """The plan predicts whole epochs at the batch sizes it expects; the view's steps at its throughput may say less
     (a last epoch faster than predicted), and the controller counts waste by the view's: the gate reads the least."""
@@ -94,7 +115,8 @@ def test_the_work_left_is_read_on_the_gpus_the_job_keeps():
     lent = replace(jv(1, True, 15.0, gpus=16), gpus_range=(1, 16), running_gpus=2,
                    throughput_by_gpus={1: 0.7, 2: 1.25, 16: 10.0})
     assert work_left_s(lent, None) == 120.0 and work_left_s(lent, JobPlan(1, predicted_remaining_s=8.0)) == 64.0
-    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=16, jobs=(lent, jv(2, False, 900.0)))
+    view = ClusterView(now=1000.0, round_index=5, round_length=ROUND, num_gpus=16,
+                       jobs=(lent, jv(2, False, 900.0, gpus=16)))       # the start takes every GPU
     g, verdicts = gate(view, decided(view, (2,), {2: JobPlan(2, rule="market")}), {}, 5.0)
     assert g.run == (2,) and verdicts[1].pays and verdicts[1].remaining_s == 120.0  # lent GPUs: no restart bound
     memory = LastRounds()

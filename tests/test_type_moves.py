@@ -74,6 +74,9 @@ def test_a_start_on_the_faster_type_gives_way_only_when_it_loses_less_than_the_m
     pinned = replace(short, gpu_type="v100", throughput_by_type={"v100": short.throughput})
     d = _decide([a, pinned], {0: {"k80": 1}, 1: {"v100": 1}})
     assert move(_view([a, pinned], cap), d, 30.0) == (d, {})    # a start its user pinned stays
+    on_nodes = replace(short, allowed_nodes=("node1",))          # and one its user gave nodes (--nodelist)
+    d = _decide([a, on_nodes], {0: {"k80": 1}, 1: {"v100": 1}})
+    assert move(_view([a, on_nodes], cap), d, 30.0) == (d, {})
 
 
 def test_on_slurm_the_speeds_reach_the_view_and_a_move_is_checkpointed_and_requeued(tmp_path):
