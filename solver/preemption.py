@@ -9,9 +9,10 @@ it has run so far (3 restarts per hour at the default 120 s rounds; what is left
 count): a job is not thrashed.  A job the gate keeps takes its GPUs back from the jobs the decision starts this round
 (the last of the run order first: policies list their run set in priority order; a job the restart bound keeps, its own
 user's first, then those of users who would still hold at least as many GPUs for their weight: the bound never buys a
-user GPUs), never from the first job its policy's starvation guard starts (rule "guard", the longest wait: a
-reservation, so a gang as large as the cluster starts at last; the bound on a job's wait comes before the bound on
-another's restarts); when those do not free enough GPUs of its type it is preempted after all.  A job whose preemption
+user GPUs), and a job the restart bound keeps never from the first job its policy's starvation guard starts (rule
+"guard", the longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait
+comes before the bound on another's restarts; a keep that saves a waste, a job in its last round or back sooner than
+its cost, delays that job a round at most); when those do not free enough GPUs of its type it is preempted after all.  A job whose preemption
 would pay but whose GPUs then go to no job (the start it made room for went back out for a kept one) is kept too: its
 preemption would buy nothing (`IDLE`).  An elastic job that runs
 on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps
@@ -179,8 +180,10 @@ def gate(
         v = verdicts[j.job_id]
         if v.pays:
             continue
-        # the guard's first job (it lists the longest wait first) keeps what it was given: a reservation
+        # the guard's first job (it lists the longest wait first) keeps what it was given from the restart bound: a
+        # reservation; a keep that saves a waste (a last round, a job back sooner than its cost) delays it a round
         reserved = {next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)} - {None}
+        reserved = reserved if v.bound else set()
         evict = _make_room(view, jobs, run, placement, j, reserved, fair=v.bound)
         if evict is None:
             why = "the job that waited the starvation bound longest" if reserved else "running jobs or other users"

@@ -218,7 +218,8 @@ def test_the_controller_counts_a_restart_before_the_next_round_as_wasted():
 
 def test_the_job_the_guard_starts_first_is_a_reservation_the_restart_bound_does_not_take_back():
     """A job just started (its restart bound keeps it) takes its GPU back from a newly planned gang, but not from
-    the first job of the starvation guard: a gang as large as the cluster starts at last."""
+    the first job of the starvation guard: a gang as large as the cluster starts at last.  A keep that saves a
+    preemption's waste (a job in its last round of work) delays the guard's gang a round."""
     for rule, kept in (("deadline", True), ("guard", False)):
         view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2,
                            jobs=(jv(1, True, 900.0, run_s=ROUND), jv(2, False, 300.0, gpus=2)))
@@ -229,6 +230,11 @@ def test_the_job_the_guard_starts_first_is_a_reservation_the_restart_bound_does_
         assert verdicts[1].pays is not kept
         if not kept:
             assert verdicts[1].why.endswith("but its GPUs went to the job that waited the starvation bound longest")
+    # a job in its last round of work (15 s left) keeps its GPU from the guard's gang too: it waits a round at most
+    view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2,
+                       jobs=(jv(1, True, 15.0), jv(2, False, 300.0, gpus=2)))
+    g, verdicts = gate(view, decided(view, (2,), {2: JobPlan(2, rule="guard"), 1: JobPlan(1, next_offset=3)}), {}, 30.0)
+    assert g.run == (1,) and not verdicts[1].pays and g.plans[2].next_offset == 1
 
 
 def test_a_kept_job_stays_on_the_type_it_runs_on():
