@@ -12,11 +12,11 @@ user's first, then those of users who would still hold at least as many GPUs for
 user GPUs), and a job the restart bound keeps never from the first job its policy's starvation guard starts (rule
 "guard", the longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait
 comes before the bound on another's restarts; a keep that saves a waste, a job in its last round or back sooner than
-its cost, delays that job a round at most); when those do not free enough GPUs of its type it is preempted after all.  A job whose preemption
-would pay but whose GPUs then go to no job (the start it made room for went back out for a kept one) is kept too: its
-preemption would buy nothing (`IDLE`).  An elastic job that runs
-on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps
-for a waste it saves keeps only those GPUs (`held`).
+its cost, delays that job a round at most); when those do not free enough GPUs of its type it is preempted after
+all.  A job whose preemption would pay but whose GPUs then go to no job (the start it made room for went back out for a
+kept one) is kept too: its preemption would buy nothing (`IDLE`).  An elastic job that runs on fewer GPUs than it asked
+(lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps for a waste it saves keeps
+only those GPUs (`held`).
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the next round
 boundary (it freed its GPUs for less than a round): `wasted`, for the simulator's loop and the controller alike, of the
