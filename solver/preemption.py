@@ -13,14 +13,14 @@ user GPUs), and a job the restart bound keeps never from the first job its polic
 "guard", the longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait
 comes before the bound on another's restarts; a keep that saves a waste, a job in its last round or back sooner than
 its cost, delays that job a round at most); when those do not free enough GPUs of its type it is preempted after
-all.  A job whose preemption would pay but whose GPUs then go to no job (the start it made room for went back out for a
-kept one) is kept too: its preemption would buy nothing (`IDLE`).  An elastic job that runs on fewer GPUs than it asked
-(lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the gate keeps for a waste it saves keeps
-only those GPUs (`held`).
+all. A job whose preemption would pay but whose GPUs then go to no job because a start went back out for a kept one is
+kept too: its preemption would buy nothing (`IDLE`; a policy's own choice to leave GPUs idle stands). An elastic job
+that runs on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the
+gate keeps for a waste it saves keeps only those GPUs (`held`).
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the next round
 boundary (it freed its GPUs for less than a round): `wasted`, for the simulator's loop and the controller alike, of the
-work left `work_left_s` (on the GPUs it keeps).  The round loop keeps a `LastRounds`; the rest is pure (no I/O).
+work left `work_left_s` (on the GPUs it keeps). The round loop keeps a `LastRounds`; the rest is pure (no I/O).
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def gate(
     jobs = {j.job_id: j for j in view.jobs}
     lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in set(run) and j.job_id not in stopping]
     verdicts = {}
+    evicted: set[Any] = set()  # the starts the keeps take out
     for j in lost:
         plan = plans.get(j.job_id)
         off = plan.next_offset * view.round_length if plan is not None and plan.next_offset else None
@@ -189,6 +190,7 @@ def gate(
             why = "the job that waited the starvation bound longest" if reserved else "running jobs or other users"
             verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to {why}")
             continue
+        evicted |= set(evict)
         for e in evict:
             run.remove(e)
             placement.pop(e)
@@ -199,7 +201,8 @@ def gate(
         placement[j.job_id] = {t: held(j)}
         plans[j.job_id] = replace(plans.get(j.job_id) or JobPlan(j.job_id), rule="kept", next_offset=0, reason=v.why)
     # a preemption pays only for the job that takes its GPUs: one whose start the keeps above took out leaves them idle
-    for j in order:
+    # (a policy's own decision to leave GPUs idle stands)
+    for j in order if evicted else ():
         free, here = free_gpus(view, placement), _home(j)
         if not verdicts[j.job_id].pays or j.job_id in run or not _fits(free, here, j):
             continue

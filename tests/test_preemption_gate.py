@@ -88,6 +88,9 @@ def test_a_preemption_whose_gpus_no_start_takes_is_not_made():
     plans[4] = JobPlan(4, rule="market")
     g, verdicts = gate(view, decided(view, (4,), plans), {}, 5.0)
     assert sorted(g.run) == [3, 4] and verdicts[1].pays and verdicts[2].pays
+    # a policy that runs nothing there leaves the GPUs idle by its own choice: the preemptions stand
+    g, verdicts = gate(view, decided(view, (3,), plans), {}, 5.0)
+    assert g.run == (3,) and verdicts[1].pays and verdicts[2].pays
 
 
 def test_the_work_left_is_the_least_of_the_plans_prediction_and_the_views():
