@@ -46,8 +46,9 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 150, PRODUCT_MAX_MO
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 275, PRODUCT_MAX_MODULES + 1
 #: a job's own speed on each GPU type on Slurm (its `speed=` hint, its rates measured on each type it ran on:
 #: slurm/type_speeds.py), and its waiting view read on the type its events were measured on: one module, 160 lines
-#: (16,279)
-PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 160, PRODUCT_MAX_MODULES + 1
+#: (16,279); the type moves' Prometheus counter, 5 lines, and the gate's keep of a job whose GPUs a start that went back
+#: out would leave idle (solver/preemption.py), 23 lines (16,307)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 190, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"
