@@ -11,6 +11,28 @@ if str(ROOT) not in sys.path:
 pytest_plugins = ["tests.slurm_fixtures"]
 
 
+#: the suite's signal handlers while a session runs (entered at configure, left at unconfigure)
+_TEARDOWN = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """SIGTERM or SIGHUP to a test run (CI's timeout, a kill of the run's process group, a closed terminal) ends it as
+    Ctrl-C does: pytest finalizes the fixtures, which stop every Slurm cluster the tests started, by pid.  Python's
+    default for those two signals ends a worker at once and left the test clusters' daemons running.  A later signal
+    is reported and ignored until the teardown ends (`shockwave_lab.localcluster.signals`)."""
+    from shockwave_lab.localcluster.signals import orderly_teardown
+    ctx = orderly_teardown(interrupt=True)
+    ctx.__enter__()
+    _TEARDOWN.append(ctx)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    while _TEARDOWN:
+        _TEARDOWN.pop().__exit__(None, None, None)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 

@@ -231,24 +231,34 @@ def test_sigterm_to_the_short_demo_stops_every_process_it_started(installed):
 
 def test_the_teardown_handlers_raise_once_hold_back_while_shielded_and_restore():
     """No Slurm: inside orderly_teardown SIGTERM raises Terminated (exit 143) once, a signal inside shielded() is
-    raised when the block ends, a second signal during the teardown is ignored, the old handlers come back."""
-    from shockwave_lab.localcluster import signals as S
-    before = signal.getsignal(signal.SIGTERM)
-    steps = []
-    with pytest.raises(S.Terminated) as exc:
-        with S.orderly_teardown():
-            with S.orderly_teardown():                    # nested: the outer one owns the handlers
-                try:
-                    with S.shielded():
-                        os.kill(os.getpid(), signal.SIGTERM)
+    raised when the block ends, a second signal during the teardown is ignored, the old handlers come back.  In a
+    subprocess: this test session's own handlers (the root conftest) would own the nested contexts."""
+    code = """if True:
+        import os, signal, time
+        from shockwave_lab.localcluster import signals as S
+        before = signal.getsignal(signal.SIGTERM)
+        steps = []
+        try:
+            with S.orderly_teardown():
+                with S.orderly_teardown():                    # nested: the outer one owns the handlers
+                    try:
+                        with S.shielded():
+                            os.kill(os.getpid(), signal.SIGTERM)
+                            time.sleep(0.05)
+                            steps.append("shielded block ran to its end")
+                    finally:
+                        os.kill(os.getpid(), signal.SIGHUP)   # amid the teardown: ignored
                         time.sleep(0.05)
-                        steps.append("shielded block ran to its end")
-                finally:
-                    os.kill(os.getpid(), signal.SIGHUP)   # amid the teardown: ignored
-                    time.sleep(0.05)
-                    steps.append("teardown ran to its end")
-    assert exc.value.code == 143 and steps == ["shielded block ran to its end", "teardown ran to its end"]
-    assert signal.getsignal(signal.SIGTERM) is before and not S.active()
+                        steps.append("teardown ran to its end")
+        except S.Terminated as e:
+            print("stopped:", e.code, flush=True)
+        print(*steps, sep="\\n")
+        print("restored:", signal.getsignal(signal.SIGTERM) is before and not S.active())
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["stopped: 143", "shielded block ran to its end", "teardown ran to its end",
+                                     "restored: True"], r.stdout
 
 
 def test_a_signal_ignored_when_the_command_starts_stays_ignored():
@@ -278,3 +288,84 @@ def test_a_signal_ignored_when_the_command_starts_stays_ignored():
     assert r.stdout.splitlines() == ["went on after SIGHUP", "went on after SIGINT", "stopped: stopped by SIGTERM",
                                      "restored: True True True"], r.stdout
 
+
+
+CHILD_TEST = '''import os, signal, subprocess, time
+from pathlib import Path
+import pytest
+OUT = Path(os.environ["SUITE_SIGNAL_OUT"])
+
+
+@pytest.fixture
+def daemon():
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (OUT / "daemon.pid").write_text(str(proc.pid))
+    yield proc
+    (OUT / "finalizing").write_text("")
+    time.sleep(1.0)                                  # a second signal arrives now
+    proc.kill()
+    proc.wait()
+    (OUT / "finalized").write_text("")
+
+
+def test_long(daemon):
+    (OUT / "running").write_text("")
+    time.sleep(120)
+'''
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        if path.exists():
+            return True
+        time.sleep(0.05)
+    return path.exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.parametrize("hook,workers,sig", [(True, 0, signal.SIGTERM), (True, 1, signal.SIGTERM),
+                                              (True, 0, signal.SIGHUP), (False, 0, signal.SIGTERM)])
+def test_a_signal_to_the_test_run_finalizes_its_fixtures(tmp_path, hook, workers, sig):
+    """No Slurm: SIGTERM or SIGHUP to a pytest run with the suite's root conftest (to its pid, or to its process
+    group with an xdist worker, as a CI runner or `kill -- -PGID` does) ends it as Ctrl-C does: the running test's
+    fixture is finalized (the process it started is stopped) and a second signal during that teardown is ignored;
+    exit status 2 (interrupted).  Without the hook (the control) the run dies at once and the process is left."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "test_child.py").write_text(CHILD_TEST)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+            *(["-p", "conftest"] if hook else []), *(["-n", str(workers)] if workers else []),
+            str(tmp_path / "test_child.py")]
+    env = {**os.environ, "SUITE_SIGNAL_OUT": str(out), "PYTHONPATH": str(root)}
+    env.pop("CI", None)
+    proc = subprocess.Popen(argv, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    daemon = None
+    try:
+        assert _wait_for(out / "running", proc), proc.communicate(timeout=30)[0]
+        daemon = int((out / "daemon.pid").read_text())
+        send = (lambda s: os.killpg(proc.pid, s)) if workers else (lambda s: os.kill(proc.pid, s))
+        send(sig)
+        if hook:
+            assert _wait_for(out / "finalizing", proc, 30.0)
+            send(sig)                                    # amid the teardown: ignored
+        text = proc.communicate(timeout=BOUND_S)[0]
+        if hook:
+            assert proc.returncode == 2 and (out / "finalized").exists() and not _alive(daemon), text
+        else:
+            assert proc.returncode == -sig and not (out / "finalized").exists() and _alive(daemon), text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if daemon is not None and _alive(daemon):
+            os.kill(daemon, signal.SIGKILL)

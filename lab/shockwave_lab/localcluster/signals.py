@@ -20,6 +20,10 @@ A signal that is ignored when the outermost context is entered stays ignored (th
 ignores SIGHUP, and a non-interactive shell starts a background command (``cmd &``) with SIGINT ignored, so that
 neither a closed terminal nor a Ctrl-C meant for the foreground stops it.
 
+``orderly_teardown(interrupt=True)`` raises ``KeyboardInterrupt`` for every signal: the test suite's mode (the
+root ``conftest.py``), as pytest ends a run on that exception and finalizes its fixtures, which stop the clusters
+the tests started; a ``SystemExit`` inside a test would be reported as that test's failure and the run would go on.
+
 Nesting is allowed (the outermost context owns the handlers). Outside the main thread, or when the handlers
 are not ours, both contexts do nothing.
 """
@@ -52,6 +56,7 @@ class _State:
     shield = 0                # nesting of shielded
     held: int | None = None   # a signal received inside shielded, not raised yet
     raised = False            # the exception of a signal was raised: later ones are ignored
+    interrupt = False         # every signal raises KeyboardInterrupt (the outermost context's choice)
 
 
 def _main_thread() -> bool:
@@ -66,7 +71,7 @@ def _say(msg: str) -> None:
 
 
 def _exception(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    return KeyboardInterrupt() if signum == signal.SIGINT or _State.interrupt else Terminated(signum)
 
 
 def _handler(signum: int, _frame) -> None:
@@ -93,14 +98,15 @@ def stopping() -> bool:
 
 
 @contextmanager
-def orderly_teardown() -> Iterator[None]:
-    """SIGTERM/SIGHUP/SIGINT raise (once) in the main thread while inside; previous handlers restored after."""
+def orderly_teardown(interrupt: bool = False) -> Iterator[None]:
+    """SIGTERM/SIGHUP/SIGINT raise (once) in the main thread while inside; previous handlers restored after.
+    ``interrupt``: each raises ``KeyboardInterrupt`` (else SIGTERM and SIGHUP raise :class:`Terminated`)."""
     if not _main_thread():
         yield
         return
     if _State.depth == 0:
         _State.saved = {s: signal.getsignal(s) for s in SIGNALS}
-        _State.held, _State.raised, _State.shield = None, False, 0
+        _State.held, _State.raised, _State.shield, _State.interrupt = None, False, 0, interrupt
         for s in SIGNALS:
             if _State.saved[s] is not signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT: left ignored
                 signal.signal(s, _handler)
@@ -114,8 +120,10 @@ def orderly_teardown() -> Iterator[None]:
             for s, h in _State.saved.items():
                 signal.signal(s, h if h is not None else signal.SIG_DFL)
             _State.saved, _State.held, _State.raised = {}, None, False
-            if held is not None and not raised:
-                raise _exception(held)
+            exc = _exception(held) if held is not None and not raised else None
+            _State.interrupt = False
+            if exc is not None:
+                raise exc
 
 
 @contextmanager
