@@ -49,6 +49,10 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 275, PRODUCT_MAX_MO
 #: (16,279); the type moves' Prometheus counter, 5 lines, and the gate's keep of a job whose GPUs a start that went back
 #: out would leave idle (solver/preemption.py), 23 lines (16,307)
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 190, PRODUCT_MAX_MODULES + 1
+#: each job's speed per type and where each comes from in `explain` and `status --json` (slurm/type_speeds.py
+#: `sourced`, `describe`), 30 lines; one base for the two tables of measured rates kept in the state, which had
+#: repeated their `keep`, and a tolerant read of the elastic one (slurm/kept_rates.py): one module, 34 lines (16,371)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 64, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_shockwave.events.progress import JobProgress
 from slurm_shockwave.slurm.hints import HintError, parse_hints
-from slurm_shockwave.slurm.type_speeds import TypeRates, by_type, relative
+from slurm_shockwave.slurm.type_speeds import TypeRates, by_type, describe, relative, sourced
 from tests.slurm_backend_fakes import fake_backend, me, report, slurm_job, slurm_node
 
 SITE = {"v100": 1.0, "k80": 0.25}
@@ -30,6 +30,17 @@ def test_the_relative_speeds_site_then_hint_then_measured():
     assert rel == pytest.approx({"v100": 0.48, "k80": 0.3})             # 1.6 x the k80's 0.3
     # measured at no common point: nothing learned
     assert relative(["v100", "k80"], SITE, None, {"k80": {(32, 2): 1.0}, "v100": {(64, 2): 5.0}}, "k80") == SITE
+
+
+def test_where_each_speed_comes_from_is_named():
+    rel, why = sourced(["v100", "k80", "p100"], {**SITE, "p100": 0.5}, (("v100", 2.0), ("k80", 0.5)))
+    assert why == {"v100": "hint", "k80": "hint", "p100": "site, scaled to the hint"}
+    assert describe(rel, why) == "v100 1 (hint), p100 0.5 (site, scaled to the hint), k80 0.25 (hint)"
+    measured = {"k80": {(32, 2): 1.0}, "v100": {(32, 2): 1.6}, "p100": {(64, 2): 1.0}}
+    rel, why = sourced(["v100", "k80", "p100"], {**SITE, "p100": 0.5}, None, measured, "k80")
+    assert why == {"v100": "measured", "k80": "measured", "p100": "site"}      # p100: at no common point
+    assert describe(rel, why) == "p100 1 (site), v100 0.8 (measured), k80 0.5 (measured)"
+    assert sourced(["v100", "k80"], {"v100": 1.0}) == (None, {})
 
 
 def test_the_throughput_per_type_from_the_measured_rate_else_the_view_read_on_its_type():
@@ -76,6 +87,24 @@ def test_only_a_report_of_the_running_run_is_taken_and_the_state_keeps_them(tmp_
     assert TypeRates(state).by_job == {}
 
 
+def test_the_elastic_rates_kept_in_the_state_are_read_tolerantly_and_forgotten_with_the_job(tmp_path):
+    from slurm_shockwave.journal.store import StateStore
+    from slurm_shockwave.slurm.resize import Measured
+
+    state = StateStore(tmp_path / "state.db")
+    m = Measured(state)
+    m.update(5, JobProgress(last_throughput=64.0, last_throughput_bs=32, last_throughput_gpus=2))
+    m.update(6, JobProgress(last_throughput=30.0, last_throughput_bs=30, last_throughput_gpus=1))
+    m.keep([5, 6])
+    m.keep([5])                                             # 6 left: forgotten
+    assert Measured(StateStore(tmp_path / "state.db")).by_job == {"5": {"2": [32, 2.0]}}
+    state.put(Measured.KEY, {"5": {"2": [32, "nan"], "4": [0, 1.0], "1": "x", "8": [64, 3.0]}, "6": [1], "7": None})
+    again = Measured(state)
+    assert again.by_job == {"5": {"8": [64, 3.0]}} and again.at(5, 64) == {8: 3.0} and again.at(5, 32) == {}
+    state.put(Measured.KEY, "junk")
+    assert Measured(state).by_job == {}
+
+
 def _epoch(b, job_id, restart, epoch, duration):
     from slurm_shockwave.events.writer import EventWriter
 
@@ -96,6 +125,7 @@ def test_on_slurm_a_job_learns_its_speed_on_each_type_it_runs_on(tmp_path):
     b, v = views(on_k80)
     report(b, 7, "start", batch_size=32, gpus=2)
     _epoch(b, 7, 0, 0, 100.0)                           # 100 steps in 100 s on a k80: 1 step/s
+    assert b.round_context().jobs["7"].gpu_speeds == "v100 1 (site), k80 0.25 (site)"   # what `explain` shows
     b, v = views(on_k80)
     assert v.throughput_by_type == pytest.approx({"v100": 4.0, "k80": 1.0}) and v.throughput == pytest.approx(1.0)
     # requeued, waiting: read on the k80 it was measured on (not as 1 step/s on the fastest type)
@@ -105,6 +135,7 @@ def test_on_slurm_a_job_learns_its_speed_on_each_type_it_runs_on(tmp_path):
     # its hint says a k80 runs it at 0.8 of a v100: believed until it has run on both
     _b, v = views(replace(on_k80, state="PENDING", restart_count=1, nodes="", gres_detail=()), hint=" speed=v100x1/k80x0.8")
     assert v.throughput_by_type == pytest.approx({"v100": 1.25, "k80": 1.0})
+    assert _b.round_context().jobs["7"].gpu_speeds == "v100 1 (hint), k80 0.8 (hint)"
     # moved to a v100: until its new run reports, its k80 report is not taken for the v100
     on_v100 = replace(on_k80, restart_count=1, nodes="node1", gres_detail=("gpu:v100:2(IDX:0-1)",))
     b, v = views(on_v100)
@@ -116,3 +147,19 @@ def test_on_slurm_a_job_learns_its_speed_on_each_type_it_runs_on(tmp_path):
     b, v = views(on_v100)
     assert v.throughput_by_type == pytest.approx({"v100": 2.0, "k80": 1.0}) and v.throughput == pytest.approx(2.0)
     assert b.types.rates.last == {"7": "v100"}
+    assert b.round_context().jobs["7"].gpu_speeds == "v100 1 (measured), k80 0.5 (measured)"
+    # `explain` says it, from the round's record
+    from click.testing import CliRunner
+
+    from slurm_shockwave.cli.status import explain
+    from slurm_shockwave.journal.record import RoundRecord
+    from solver.types import RoundDecision
+
+    view = b.observe()
+    b.state.begin_round(view.round_index, view.now)
+    b.state.record_round(RoundRecord(view, RoundDecision(run=(7,), placement={7: {"v100": 2}}),
+                                     context=b.round_context()), 1)
+    b.state.finish_round(view.round_index)
+    out = CliRunner().invoke(explain, ["7", "--state-dir", b.cfg.state_dir])
+    assert out.exit_code == 0 and "speed per GPU type (fastest = 1): v100 1 (measured), k80 0.5 (measured)" in (
+        out.output), out.output

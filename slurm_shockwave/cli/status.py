@@ -234,6 +234,8 @@ def explain(job_id, config_path, state_dir, as_json):
             f"  progress: {out['epochs_done']}/{out['total_epochs']} epochs, batch size "
             f"{out.get('batch_size')}, weight {out.get('weight')}"
         )
+    if out.get("gpu_speeds"):
+        lines.append(f"  speed per GPU type (fastest = 1): {out['gpu_speeds']}")
     if out["posterior"]:
         lines.append(
             "  regime posterior (expected remaining epochs per batch size): "

@@ -105,13 +105,14 @@ def _on_its_gpus(rec, v, remaining):
 
 def _gpu_type(rec, v, ctx: JobContext) -> dict:
     """On a cluster of several GPU types: the type the job runs on (Slurm's allocation), else the one this round
-    placed it on, else the one its user asked for or the controller steered it to (slurm/gpu_types.py)."""
+    placed it on, else the one its user asked for or the controller steered it to (slurm/gpu_types.py); and its
+    speed on each type with where each comes from."""
     if len(rec.view.capacity) < 2:
         return {}
     placed = rec.decision.placement.get(v.job_id) or {}
     if ctx.slurm_state != "RUNNING" and len(placed) == 1:
-        return {"gpu_type": next(iter(placed)), "gpu_type_by": "placement"}
-    return {"gpu_type": ctx.gpu_type or v.gpu_type, "gpu_type_by": ctx.gpu_type_by}
+        return {"gpu_type": next(iter(placed)), "gpu_type_by": "placement", "gpu_speeds": ctx.gpu_speeds}
+    return {"gpu_type": ctx.gpu_type or v.gpu_type, "gpu_type_by": ctx.gpu_type_by, "gpu_speeds": ctx.gpu_speeds}
 
 
 def status_rows(store, include_finished: bool = False) -> tuple[dict, list[dict]]:

@@ -138,9 +138,10 @@ class JobContext(_Record):
     preempt_cost_s: float | None = None  # measured from its events
     gpu_type: str | None = None  # on a cluster of several GPU types (slurm/gpu_types.py)
     gpu_type_by: str | None = None  # slurm | user | controller
+    gpu_speeds: str | None = None  # its speed on each type and where each comes from (slurm/type_speeds.py)
 
     def to_json(self) -> dict:
-        return _json(self, omit_none=frozenset({"preempt_cost_s", "gpu_type", "gpu_type_by"}))
+        return _json(self, omit_none=frozenset({"preempt_cost_s", "gpu_type", "gpu_type_by", "gpu_speeds"}))
 
 
 @dataclass(frozen=True)

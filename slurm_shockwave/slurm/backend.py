@@ -393,8 +393,8 @@ class SlurmBackend(ServiceBackend):
             gpu_type=self.types.view_type(j),
             preempt_signal=self.cfg.preempt_signal,
         )
-        self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         nodes = self.pins.running_on(j) if j.state == "RUNNING" else ()
         view = replace(view, nodes=nodes, allowed_nodes=self.pins.user_nodes(j))
         view = self.types.speeds(j, view, self.cfg.gpu_type_speeds, marker.get("speed"), p)
+        self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
         return self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent)

@@ -28,7 +28,7 @@ from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
 from slurm_shockwave.slurm.models import SlurmJob, SlurmNode, in_partition, node_in_partition
 from slurm_shockwave.slurm.shapes import feature_list as _features
-from slurm_shockwave.slurm.type_speeds import TypeRates, by_type, relative
+from slurm_shockwave.slurm.type_speeds import TypeRates, by_type, describe, sourced
 from solver.types import GPU, JobView
 
 log = logging.getLogger("slurm_shockwave.slurm")
@@ -138,6 +138,7 @@ class GpuTypes:
         self.feature_ok: set[str] = set()
         self.jobs: dict[int, SlurmJob] = {}
         self.rates = TypeRates(state)  # each job's own measured speed per type (type_speeds.py)
+        self.speed_text: dict[int, str] = {}  # job -> its speeds per type and where each comes from (`meta`)
 
     @property
     def typed(self) -> bool:
@@ -172,6 +173,7 @@ class GpuTypes:
                 total[rt] = max(0, total[rt] - j.gpus)
         self.placed = {k: v for k, v in self.placed.items() if k in self.jobs}
         self.ours = {k: v for k, v in self.ours.items() if k in self.jobs}
+        self.speed_text = {}
         self.capacity = total or {GPU: 0}
         return dict(self.capacity)
 
@@ -216,9 +218,10 @@ class GpuTypes:
         pin = self.pinned(job)
         types = list(self.capacity) if pin is None else [pin] if pin in self.capacity else []
         measured, src = self.rates.of(job.job_id), self.rates.last.get(str(job.job_id))
-        rel = relative(types, speeds, hint, measured, src)
+        rel, why = sourced(types, speeds, hint, measured, src)
         if rel is None:
             return replace(view, running_type=running)
+        self.speed_text[job.job_id] = describe(rel, why)
         ref = running if running in rel else max(rel, key=lambda t: (rel[t], t))
         key = (view.batch_size, max(job.gpus, 1))
         by = by_type(view.throughput, rel, ref, key, measured, src)
@@ -246,16 +249,17 @@ class GpuTypes:
 
     def meta(self, job) -> dict:
         """What status shows (on a cluster of several types): the type the job runs on, or is pinned to, or the
-        controller placed it on."""
+        controller placed it on; its speed on each type and where each comes from (after `speeds`)."""
         if not self.typed:
             return {}
+        speeds = {"gpu_speeds": self.speed_text.get(job.job_id)}
         if job.state == "RUNNING" and self.running_type(job):
-            return {"gpu_type": self.running_type(job), "gpu_type_by": "slurm"}
+            return {"gpu_type": self.running_type(job), "gpu_type_by": "slurm", **speeds}
         if self.pinned(job):
-            return {"gpu_type": self.pinned(job), "gpu_type_by": "user"}
+            return {"gpu_type": self.pinned(job), "gpu_type_by": "user", **speeds}
         if job.job_id in self.placed:
-            return {"gpu_type": self.placed[job.job_id], "gpu_type_by": "controller"}
-        return {"gpu_type": None, "gpu_type_by": None}
+            return {"gpu_type": self.placed[job.job_id], "gpu_type_by": "controller", **speeds}
+        return {"gpu_type": None, "gpu_type_by": None, **speeds}
 
     def steer(self, placement, run: set, version: str, wanted: dict) -> list:
         """The actions that move each pending, unpinned job of `run` to the type `placement` gives it (see the

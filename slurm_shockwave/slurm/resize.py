@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.enact import Action
+from slurm_shockwave.slurm.kept_rates import KeptRates, positive, saved_dict
 from slurm_shockwave.slurm.models import node_in_partition
 from slurm_shockwave.slurm.ownership import base_of, with_base
 from solver.elastic import wasted_change
@@ -79,17 +80,19 @@ def _nearest(n: int, counts) -> int:
     return min(counts, key=lambda c: (abs(math.log(n / c)), c))
 
 
-class Measured:
+class Measured(KeptRates):
     """Each elastic job's own throughput per GPU count at a batch size (iterations/s: its last reported samples/s at
     that count over the batch size), from its events; kept in the state ("elastic_throughput")."""
 
     KEY = "elastic_throughput"
 
     def __init__(self, state):
-        self.state = state
-        saved = state.get(self.KEY, {}) or {}
-        self.by_job: dict[str, dict[str, list]] = {str(k): dict(v) for k, v in saved.items()}
-        self._dirty = False
+        super().__init__(state)
+        self.by_job: dict[str, dict[str, list]] = {
+            str(k): {str(n): [int(e[0]), positive(e[1])] for n, e in v.items() if _readable(e)}
+            for k, v in saved_dict(state, self.KEY).items()
+            if isinstance(v, dict)
+        }
 
     def update(self, job_id, progress) -> None:
         thr, bs, n = progress.last_throughput, progress.last_throughput_bs, progress.last_throughput_gpus
@@ -104,14 +107,16 @@ class Measured:
         """{count: iterations/s} it reported at this batch size."""
         return {int(n): float(t) for n, (b, t) in self.by_job.get(str(job_id), {}).items() if b == batch_size}
 
-    def keep(self, job_ids) -> None:
-        keep = {str(j) for j in job_ids}
-        if set(self.by_job) - keep:
-            self.by_job = {k: v for k, v in self.by_job.items() if k in keep}
-            self._dirty = True
-        if self._dirty:
-            self.state.put(self.KEY, self.by_job)
-            self._dirty = False
+    def tables(self) -> tuple[dict, ...]:
+        return (self.by_job,)
+
+    def saved(self):
+        return self.by_job
+
+
+def _readable(e) -> bool:
+    """A kept [batch size, iterations/s] pair."""
+    return isinstance(e, list) and len(e) == 2 and isinstance(e[0], int) and e[0] >= 1 and positive(e[1]) is not None
 
 
 def base_marks(observed: dict, bases: dict) -> list[Action]:

@@ -20,25 +20,18 @@ from __future__ import annotations
 
 import math
 
-
-def _finite(x) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
+from slurm_shockwave.slurm.kept_rates import KeptRates, positive, saved_dict
 
 
-class TypeRates:
+class TypeRates(KeptRates):
     """Each job's measured iterations/s per GPU type at (batch size, GPUs), from its events, and the type of its last
     report taken (`last`; module docstring)."""
 
     KEY = "type_throughput"
 
     def __init__(self, state):
-        self.state = state
-        saved = (state.get(self.KEY, {}) if state is not None else None) or {}
-        saved = saved if isinstance(saved, dict) else {}
+        super().__init__(state)
+        saved = saved_dict(state, self.KEY)
         rates, last = saved.get("rates"), saved.get("last")
         self.by_job: dict[str, dict[str, dict[str, float]]] = {
             str(k): {str(t): dict(r) for t, r in v.items() if isinstance(r, dict)}
@@ -46,13 +39,12 @@ class TypeRates:
             if isinstance(v, dict)
         }
         self.last: dict[str, str] = {str(k): str(v) for k, v in (last.items() if isinstance(last, dict) else ())}
-        self._dirty = False
 
     def update(self, job, running_type: str | None, progress) -> None:
         """Record the running job's last report on the type it runs on, when the running run made it."""
         if running_type is None or job.state != "RUNNING" or progress.last_throughput_run != job.restart_count:
             return
-        thr, bs, n = _finite(progress.last_throughput), progress.last_throughput_bs, progress.last_throughput_gpus
+        thr, bs, n = positive(progress.last_throughput), progress.last_throughput_bs, progress.last_throughput_gpus
         if thr is None or not isinstance(bs, int) or not isinstance(n, int) or bs < 1 or n < 1:
             return
         jid = str(job.job_id)
@@ -68,39 +60,51 @@ class TypeRates:
         for t, rates in self.by_job.get(str(job_id), {}).items():
             for key, v in rates.items():
                 bs, _, n = str(key).partition("/")
-                if bs.isdigit() and n.isdigit() and (r := _finite(v)) is not None:
+                if bs.isdigit() and n.isdigit() and (r := positive(v)) is not None:
                     out.setdefault(t, {})[(int(bs), int(n))] = r
         return out
 
-    def keep(self, job_ids) -> None:
-        """Forget the jobs no longer managed; save when anything changed."""
-        keep = {str(j) for j in job_ids}
-        if set(self.by_job) - keep or set(self.last) - keep:
-            self.by_job = {k: v for k, v in self.by_job.items() if k in keep}
-            self.last = {k: v for k, v in self.last.items() if k in keep}
-            self._dirty = True
-        if self._dirty and self.state is not None:
-            self.state.put(self.KEY, {"rates": self.by_job, "last": self.last})
-            self._dirty = False
+    def tables(self) -> tuple[dict, ...]:
+        return self.by_job, self.last
+
+    def saved(self):
+        return {"rates": self.by_job, "last": self.last}
 
 
 def relative(types, site: dict, hint=None, measured=None, ref: str | None = None) -> dict[str, float] | None:
     """{type: the job's relative speed} for every type of `types`, or None when one is left without (module
     docstring); `hint`: its ``speed=`` pairs; `measured`: `TypeRates.of`; `ref`: the type measured ratios are taken
     against (the type it runs or last ran on)."""
-    rel = {t: float(site[t]) for t in types if _finite(site.get(t)) is not None}
+    return sourced(types, site, hint, measured, ref)[0]
+
+
+def sourced(
+    types, site: dict, hint=None, measured=None, ref: str | None = None
+) -> tuple[dict[str, float] | None, dict[str, str]]:
+    """(`relative`'s speeds, {type: where its speed comes from}): "site", "hint", "site, scaled to the hint" (a type
+    the hint does not give), "measured" (a ratio to `ref` measured at the same batch size and count)."""
+    rel = {t: float(site[t]) for t in types if positive(site.get(t)) is not None}
+    why = dict.fromkeys(rel, "site")
     given = {t: f for t, f in (hint or ()) if t in types}
     if given:
         both = [math.log(f / rel[t]) for t, f in given.items() if t in rel]
         scale = math.exp(sum(both) / len(both)) if both else None
         rel = {**({t: s * scale for t, s in rel.items()} if scale is not None else {}), **given}
+        why = {**dict.fromkeys(rel, "site, scaled to the hint"), **dict.fromkeys(given, "hint")}
     rates = measured or {}
     if ref in rel and ref in rates:
         for t, at in rates.items():
             common = sorted(set(at) & set(rates[ref]))
             if t != ref and t in types and common:
                 rel[t] = rel[ref] * at[common[-1]] / rates[ref][common[-1]]
-    return rel if types and all(t in rel for t in types) else None
+                why[t] = why[ref] = "measured"
+    return (rel, why) if types and all(t in rel for t in types) else (None, {})
+
+
+def describe(rel: dict, why: dict) -> str:
+    """What status shows of a job's speeds: "v100 1 (site), k80 0.31 (measured)", fastest first, relative to it."""
+    top = max(rel.values())
+    return ", ".join(f"{t} {rel[t] / top:.2g} ({why.get(t, '?')})" for t in sorted(rel, key=lambda t: (-rel[t], t)))
 
 
 def by_type(
