@@ -1,8 +1,7 @@
 """SlurmBackend: the round loop's view of a real Slurm cluster.
 
-observe(): the queue (slurm/queue_read.py: `squeue --json`, or from 23.x a compact listing and the JSON of the
-jobs that changed) + `sprio` for SiteFactors, and the nodes; the managed jobs (see
-`is_managed`) become JobViews, completed with what their training wrappers wrote to the event store.
+observe(): the queue (slurm/queue_read.py: `squeue --json`, or from 23.x a compact listing and the JSON of the jobs
+that changed), `sprio` (SiteFactors), the nodes; the managed jobs (`is_managed`) become JobViews with their events.
 A failed or partial read raises (SlurmError): the daemon backs off and retries, it never acts on it.
 apply(): the reconcile of slurm/enact.py, journalled in the state store.
 advance(): sleeps until the next round boundary (interruptible).
@@ -33,12 +32,14 @@ from slurm_shockwave.slurm.fairshare_round import FairShareRound
 from slurm_shockwave.slurm.gpu_types import GpuTypes
 from slurm_shockwave.slurm.hints import HintError, check_gpus_range, parse_hints
 from slurm_shockwave.slurm.models import ACTIVE_STATES, in_partition, node_in_partition
+from slurm_shockwave.slurm.moving import InFlight
 from slurm_shockwave.slurm.nodes import NodePins, assigned_nodes
 from slurm_shockwave.slurm.ownership import admin_comments, status_of
 from slurm_shockwave.slurm.preemptions import PreemptionLog, settle, stopping
 from slurm_shockwave.slurm.reservations import Reservations
 from slurm_shockwave.slurm.resize import Elastic, per_node_wanted
 from slurm_shockwave.slurm.timing import restart_gap, wait_for_round
+from slurm_shockwave.slurm.uninstall import uninstall
 from solver.preemption import work_left_s
 from solver.types import ClusterView, JobView, RoundDecision
 
@@ -70,8 +71,7 @@ class SlurmBackend(ServiceBackend):
         self._bad: dict[int, str] = {}
         self._orphans: list[Observed] = []
         self._ac: dict[int, str] = {}
-        # holds issued before ownership marks existed (journal): adopted as ours while still held and unmarked
-        self._legacy_held = {int(j) for j in state.held_by_us()}
+        self._legacy_held = {int(j) for j in state.held_by_us()}  # holds from before ownership marks: ours while held
         # the SiteFactor we last set per job (sprio does not list held jobs): loaded once, kept up to date
         self._site_factor: dict[int, int] = state.last_values(Verb.SITE_FACTOR)
         self._events = EventTracker(reader, state)  # bounded per-job event summaries, persisted offsets
@@ -94,6 +94,7 @@ class SlurmBackend(ServiceBackend):
         self.pins = NodePins(state)  # GPUs per node, where jobs run, node pins and moves (nodes.py)
         self.elastic = Elastic(state, metrics)  # elastic jobs' base counts, counts and resizes (resize.py)
         self.reservations = Reservations(state)  # a resized or moved job's new nodes kept for its restart
+        self.moving = InFlight(state)  # the moved jobs on their way (moving.py)
 
     # ------------------------------------------------------------------ contract
     def done(self) -> bool:
@@ -135,8 +136,6 @@ class SlurmBackend(ServiceBackend):
 
     @classmethod
     def uninstall(cls, cfg) -> dict:
-        from slurm_shockwave.slurm.uninstall import uninstall
-
         return uninstall(cfg)
 
     def is_managed(self, job) -> dict | None:
@@ -203,9 +202,8 @@ class SlurmBackend(ServiceBackend):
         )
         views, self._observed, self._restarts, self._costs = [], {}, {}, {}
         failed = {}
-        for j, _marker in managed:
-            if j.site_factor is not None:  # what sprio shows (it does not list held jobs): known from now on
-                self._site_factor[j.job_id] = j.site_factor
+        # what sprio shows (it does not list held jobs): known from now on
+        self._site_factor.update({j.job_id: j.site_factor for j, _ in managed if j.site_factor is not None})
         for j, marker in managed:
             try:
                 progress = self._events.progress(str(j.job_id))
@@ -315,6 +313,7 @@ class SlurmBackend(ServiceBackend):
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         self.elastic.enacted(results, self._round_started, self.round_length)  # the round's start (resize.py)
         self._follow = settle(self.signalled, self._observed, run, moves)  # preemptions.py
+        self.moving.started(self, moves, decision.placement, run, results)  # moving.py
         self.reservations.after(self, results, run, moves, assigned)  # reservations.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()
@@ -395,6 +394,7 @@ class SlurmBackend(ServiceBackend):
         )
         nodes = self.pins.running_on(j) if j.state == "RUNNING" else ()
         view = replace(view, nodes=nodes, allowed_nodes=self.pins.user_nodes(j))
-        view = self.types.speeds(j, view, self.cfg.gpu_type_speeds, marker.get("speed"), p)
+        moving = self.moving.target(j, now)  # a move on its way: seen where it goes (moving.py)
+        view = self.types.speeds(j, view, self.cfg.gpu_type_speeds, marker.get("speed"), p, moving)
         self._meta[j.job_id] = replace(self._meta[j.job_id], **self.types.meta(j))
-        return self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent)
+        return self.moving.view(self.elastic.view(j, marker, p, view, self.cfg.elastic_speedup_exponent), moving)

@@ -204,15 +204,16 @@ class GpuTypes:
             return self.running_type(job) or self.pinned(job)
         return self.pinned(job)
 
-    def speeds(self, job: SlurmJob, view: JobView, speeds: dict, hint=None, progress=None) -> JobView:
+    def speeds(self, job: SlurmJob, view: JobView, speeds: dict, hint=None, progress=None, moving=None) -> JobView:
         """The view on a cluster of several types: the type a running job runs on (`running_type`); with a speed for
         every type (the site's ``gpu_type_speeds``, over them its ``speed=`` `hint` and its own rates measured from
         its events, `progress`: slurm/type_speeds.py), its throughput on each type it may run on (its user's type
         only, when its user asked for one; `throughput_by_type`) and its view's throughput and epoch times those of
-        the type it runs on (a waiting job's: the fastest for it).  Without: no speeds, no moves."""
+        the type it runs on (a waiting job's: the fastest for it; a requeued moving job's, `moving`: the type it was
+        moved to, slurm/moving.py).  Without: no speeds, no moves."""
         if not self.typed:
             return view
-        running = self.running_type(job) if job.state == "RUNNING" else None
+        running = self.running_type(job) if job.state == "RUNNING" else (moving or {}).get("type")
         if progress is not None:
             self.rates.update(job, running, progress)
         pin = self.pinned(job)
