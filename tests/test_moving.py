@@ -39,6 +39,9 @@ def test_a_requeued_moving_job_is_seen_on_its_new_nodes_and_type_and_released_th
     b.apply(TO_V100)                                              # the move: held and signalled
     assert [a.verb for a in sent(b) if 7 in a.job_ids][:2] == ["hold", "signal"]
     assert b.moving.by_job == {"7": {"nodes": ["node1"], "type": "v100", "restarts": 0, "gpus": 2, "until": 4150.0}}
+    b.cli.jobs = [replace(REQUEUED, state="REQUEUED")]          # the wrapper's requeue, on its way to PENDING
+    v = _view(b)
+    assert (v.ran_last_round, v.nodes, v.running_type) == (True, ("node1",), "v100")
     b.cli.jobs = [REQUEUED]                                       # checkpointed, requeued held
     v = _view(b)
     assert (v.ran_last_round, v.nodes, v.running_type) == (True, ("node1",), "v100")

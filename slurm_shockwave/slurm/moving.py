@@ -24,6 +24,8 @@ from solver.types import JobView
 
 #: the actions that take a moving job off its GPUs (a job without a checkpoint signal is requeued at once)
 STOPS = (Verb.SIGNAL, Verb.REQUEUE_HOLD)
+#: a job in these states runs (or is being started) where Slurm allocated it
+STARTED = ("RUNNING", "CONFIGURING")
 
 
 class InFlight(KeptRates):
@@ -74,13 +76,13 @@ class InFlight(KeptRates):
         self.keep(self.by_job)
 
     def target(self, job: SlurmJob, now: float) -> dict | None:
-        """The move `job` is on its way to: requeued (PENDING, at a later restart count than it was moved at), not
-        running yet; a job running again, at its new restart count, is where Slurm says it is, and one not started
-        by `until` waits as any pending job (both forgotten)."""
+        """The move `job` is on its way to: requeued (at a later restart count than it was moved at: PENDING, or
+        still REQUEUED on its way there), not running yet; a job running again is where Slurm says it is, and one not
+        started by `until` waits as any pending job (both forgotten)."""
         entry = self.by_job.get(str(job.job_id))
         if entry is None or job.restart_count <= entry["restarts"]:
             return None
-        if job.state != "PENDING" or now > entry["until"]:
+        if job.state in STARTED or now > entry["until"]:
             del self.by_job[str(job.job_id)]
             self._dirty = True
             return None
