@@ -41,7 +41,7 @@ def test_a_requeued_moving_job_is_seen_on_its_new_nodes_and_type_and_released_th
     assert b.moving.by_job == {"7": {"nodes": ["node1"], "type": "v100", "restarts": 0, "gpus": 2, "until": 4150.0}}
     b.cli.jobs = [replace(REQUEUED, state="REQUEUED")]          # the wrapper's requeue, on its way to PENDING
     v = _view(b)
-    assert (v.ran_last_round, v.nodes, v.running_type) == (True, ("node1",), "v100")
+    assert (v.ran_last_round, v.nodes, v.running_type, v.gpu_type) == (True, ("node1",), "v100", "v100")
     b.cli.jobs = [REQUEUED]                                       # checkpointed, requeued held
     v = _view(b)
     assert (v.ran_last_round, v.nodes, v.running_type) == (True, ("node1",), "v100")

@@ -186,7 +186,7 @@ def test_a_running_job_moved_to_a_faster_type_is_requeued_and_restarts_there(clu
         wait_for(lambda: move_round().restart_count > runs, 30, what="X requeued")
         wait_for(lambda: _job(c, x).state == "PENDING", 20, what="X pending after its requeue")
         seen = b.observe().job(x)                                  # seen where the move takes it (slurm/moving.py)
-        assert (seen.ran_last_round, seen.nodes, seen.running_type) == (True, ("node1",), "v100")
+        assert (seen.ran_last_round, seen.nodes, seen.running_type, seen.gpu_type) == (True, ("node1",), "v100", "v100")
         move_round()                                               # steered to v100, pinned to node1, released
         j = _running(c, x, "X running on v100")
         assert j.nodes == "node1" and any("v100" in d for d in j.gres_detail) and j.restart_count == runs + 1

@@ -6,8 +6,8 @@ the moved job was decided afresh in the round after its move: its new GPUs went 
 others into them) and it was placed back on the type it left, a restart for nothing (typed replay of 2026-12-07
 08:43: job 8 moved from a K80 to a V100 in round 20, started again on a K80 in round 21).  So from its requeue until
 it runs again (or a round does not run it, or it leaves) its view is that of the job the move made: it ran the
-last round, on the nodes and the type it was moved to (`view`); the round then keeps it there, or judges its
-preemption as any running job's, and its release pins and steers it there.
+last round, on the nodes and the type it was moved to, and asks for that type (`view`); the round then keeps it
+there, or judges its preemption as any running job's, and its release pins and steers it there.
 
 `InFlight` keeps {job: (nodes, type, GPUs, the restart count it ran at, until when)} in the state ("moving"),
 bounded to the jobs the last round ran.
@@ -91,8 +91,10 @@ class InFlight(KeptRates):
     @staticmethod
     def view(view: JobView, entry: dict | None) -> JobView:
         """A requeued moving job's view (`entry`: its `target`): it ran the last round, on the nodes it was moved to
-        (and its count, an elastic job's); its type is `GpuTypes.speeds`' (given the entry)."""
+        (and its count, an elastic job's); the type it runs on is `GpuTypes.speeds`' (given the entry), and it asks
+        for that type as a running job does (`JobView.gpu_type`: the policies keep it there, solver/type_moves.py)."""
         if entry is None:
             return view
         gpus = entry["gpus"] if view.gpus_range is not None and entry["gpus"] > 0 else view.running_gpus
-        return replace(view, ran_last_round=True, nodes=tuple(entry["nodes"]), running_gpus=gpus)
+        kind = view.running_type or view.gpu_type
+        return replace(view, ran_last_round=True, nodes=tuple(entry["nodes"]), running_gpus=gpus, gpu_type=kind)
