@@ -194,6 +194,10 @@ def test_on_several_gpu_types_each_job_sleeps_its_nodes_types_epochs_and_the_sit
         declared = dict(parse_hints(job.comment(30.0), "shockwave").speed)
         at = job.epoch_s_by_type[job.schedule[0]]
         assert declared == pytest.approx({t: min(at.values()) / s for t, s in at.items()}, abs=6e-4)
+    # its time limit covers a run that does all its work on the slowest type (a K80-bound run ran out of time)
+    import math
+    slow = j.epochs * max(j.epoch_s_by_type[bs].values()) / 30.0 / 60.0
+    assert j.time_limit_min(30.0, 1.5) == max(1, math.ceil(1.5 * slow)) > 1.5 * j.epochs * j.epoch_s[bs] / 30.0 / 60.0
     sim = compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 4, "shockwave-edf", 4.0, 30.0)
     assert sim["type_moves"] >= 0 and sim["makespan_s"] > 0
     assert compare.changes(["v100", "k80", "k80", "v100"]) == 2

@@ -68,9 +68,12 @@ class ReplayJob:
 
     def time_limit_min(self, time_scale: float, factor: float) -> int:
         """The user's time limit (`sbatch --time`, minutes): `factor` x the job's run time alone at its first batch
-        size (every epoch at it: the longest its schedule can take), in wall time."""
+        size (every epoch at it: the longest its schedule can take), in wall time; on a cluster of several types, on
+        the slowest (a run may do all its work there: one did, and ran out of time, in a typed replay)."""
         import math
-        return max(1, math.ceil(factor * self.epochs * self.epoch_s[self.schedule[0]] / time_scale / 60.0))
+        bs = self.schedule[0]
+        epoch = max([self.epoch_s[bs], *self.epoch_s_by_type.get(bs, {}).values()])
+        return max(1, math.ceil(factor * self.epochs * epoch / time_scale / 60.0))
 
     def comment(self, time_scale: float) -> str:
         """The managed job's hints (slurm/hints.py): what a researcher would declare, in wall seconds."""
