@@ -192,6 +192,8 @@ def _resize_running(c, b, jid: int, placement: dict, n: int):
     j = _job(c, jid)
     assert j.held and status_of(j.admin_comment) == "held"     # held (marked) before its signal
     _requeued(c, b, jid, placement)
+    seen = b.observe().job(jid)                                   # on its way: seen at its new count (moving.py)
+    assert (seen.ran_last_round, seen.running_gpus) == (True, n)
     _round(b, placement)                                          # updated while pending, released
     j = _running_at(c, jid, n)
     steps = [r["verb"] for r in reversed(b.state.actions(job_id=jid, status="done"))

@@ -313,7 +313,7 @@ class SlurmBackend(ServiceBackend):
         results = self.enactor.execute(self.round_index, actions, self._restarts, on_done=done)
         self.elastic.enacted(results, self._round_started, self.round_length)  # the round's start (resize.py)
         self._follow = settle(self.signalled, self._observed, run, moves)  # preemptions.py
-        self.moving.started(self, moves, decision.placement, run, results)  # moving.py
+        self.moving.started(self, moves, decision, run, results)  # moving.py
         self.reservations.after(self, results, run, moves, assigned)  # reservations.py
         self.state.put("signalled", {str(k): v for k, v in self.signalled.items()})
         self.preemptions.save()

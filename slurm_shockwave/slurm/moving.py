@@ -1,5 +1,6 @@
-"""A move on its way: a running job a round moved to other nodes or another GPU type (nodes.py, gpu_types.py) is
-signalled, requeued held and released by a later round; until it runs again Slurm lists it PENDING.
+"""A move on its way: a running job a round moved to other nodes or another GPU type (nodes.py, gpu_types.py), or to
+another GPU count (an elastic job, resize.py), is signalled, requeued held and released by a later round; until it
+runs again Slurm lists it PENDING.
 
 The simulator moves a job at once: the next round sees it running on its new nodes and type.  Read as a waiting job,
 the moved job was decided afresh in the round after its move: its new GPUs went to other jobs (type moves of
@@ -20,6 +21,7 @@ from dataclasses import replace
 from slurm_shockwave.journal.verbs import Verb
 from slurm_shockwave.slurm.kept_rates import KeptRates, saved_dict
 from slurm_shockwave.slurm.models import SlurmJob
+from slurm_shockwave.slurm.nodes import assigned_nodes
 from solver.types import JobView
 
 #: the actions that take a moving job off its GPUs (a job without a checkpoint signal is requeued at once)
@@ -53,20 +55,21 @@ class InFlight(KeptRates):
     def saved(self):
         return self.by_job
 
-    def started(self, backend, moves: dict, placement, run: set, results) -> None:
+    def started(self, backend, moves: dict, decision, run: set, results) -> None:
         """After a round's enactment (`results`: (action, outcome) pairs): the jobs it signalled for a move (`moves`:
-        job -> its new nodes) are on their way, for as long as their restart reservation lasts at most (the grace and
-        two rounds, reservations.py); one the round no longer runs is not (its move was taken back, or it is
-        preempted)."""
+        job -> its new nodes) or a count change (`Elastic.want`, slurm/resize.py) are on their way, for as long as
+        their restart reservation lasts at most (the grace and two rounds, reservations.py); one the round no longer
+        runs is not (its move was taken back, or it is preempted)."""
         until = backend.clock() + backend.cfg.grace_seconds + 2 * backend.round_length
         signalled = {j for a, r in results if r == "done" and a.verb in STOPS for j in a.job_ids}
+        assigned = assigned_nodes(decision)
         for jid in [k for k in self.by_job if int(k) not in run]:
             del self.by_job[jid]
             self._dirty = True
-        for jid in sorted(set(moves) & signalled):
-            by = placement.get(jid) or placement.get(str(jid)) or {}
+        for jid in sorted((set(moves) | set(backend.elastic.want)) & signalled):
+            by = decision.placement.get(jid) or decision.placement.get(str(jid)) or {}
             self.by_job[str(jid)] = {
-                "nodes": [str(n) for n in moves[jid]],
+                "nodes": [str(n) for n in (moves.get(jid) or assigned.get(jid) or ())],
                 "type": str(next(iter(by))) if len(by) == 1 else None,
                 "restarts": int(backend._restarts.get(jid, 0)),
                 "gpus": int(sum(by.values())),
