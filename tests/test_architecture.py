@@ -53,9 +53,9 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 190, PRODUCT_MAX_MO
 #: `sourced`, `describe`), 30 lines; one base for the two tables of measured rates kept in the state, which had
 #: repeated their `keep`, and a tolerant read of the elastic one (slurm/kept_rates.py): one module, 34 lines (16,371)
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 64, PRODUCT_MAX_MODULES + 1
-#: a move on its way seen where it goes (slurm/moving.py: a job requeued for a move was decided afresh as a waiting
-#: job in the next round and could be placed back on the type it left): one module, 94 lines (16,465)
-PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 94, PRODUCT_MAX_MODULES + 1
+#: a move or resize on its way seen where it goes (slurm/moving.py: a job requeued for a move was decided afresh as a
+#: waiting job in the next round and could be placed back on the type it left): one module, 106 lines (16,477)
+PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 106, PRODUCT_MAX_MODULES + 1
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"
