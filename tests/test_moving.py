@@ -76,7 +76,13 @@ def test_a_move_taken_back_or_not_yet_requeued_is_not_presented_and_junk_in_the_
     late.cli.jobs, late.clock = [REQUEUED], lambda: 4151.0
     v = _view(late)
     assert not v.ran_last_round and late.moving.by_job == {}
-    b.state.put(InFlight.KEY, {"7": {"nodes": "node1", "type": 3, "restarts": 0, "gpus": 2, "until": 1}, "8": [1], "x": None})
+    entry = {"nodes": ["node1"], "type": "v100", "restarts": 0, "gpus": 2, "until": 1}
+    b.state.put(InFlight.KEY, {"7": {**entry, "nodes": "node1", "type": 3}, "8": [1], "x": None, "y": entry})
     assert InFlight(b.state).by_job == {}
+    b.state.put(InFlight.KEY, {"7": entry, "y": entry})                  # a key that is no job id: dropped
+    kept = InFlight(b.state)
+    assert kept.by_job == {"7": entry}
+    kept.started(b, {}, RoundDecision(), {7}, [])                        # and the next round reads it without fail
+    assert kept.by_job == {"7": entry}
     b.state.put(InFlight.KEY, "junk")
     assert InFlight(b.state).by_job == {}

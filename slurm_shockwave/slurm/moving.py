@@ -40,7 +40,8 @@ class InFlight(KeptRates):
         self.by_job: dict[str, dict] = {
             str(k): v
             for k, v in saved_dict(state, self.KEY).items()
-            if isinstance(v, dict)
+            if str(k).isdigit()
+            and isinstance(v, dict)
             and isinstance(v.get("nodes"), list)
             and all(isinstance(n, str) for n in v["nodes"])
             and isinstance(v.get("type"), (str, type(None)))
