@@ -253,14 +253,15 @@ class GpuTypes:
         controller placed it on; its speed on each type and where each comes from (after `speeds`)."""
         if not self.typed:
             return {}
-        speeds = {"gpu_speeds": self.speed_text.get(job.job_id)}
         if job.state == "RUNNING" and self.running_type(job):
-            return {"gpu_type": self.running_type(job), "gpu_type_by": "slurm", **speeds}
-        if self.pinned(job):
-            return {"gpu_type": self.pinned(job), "gpu_type_by": "user", **speeds}
-        if job.job_id in self.placed:
-            return {"gpu_type": self.placed[job.job_id], "gpu_type_by": "controller", **speeds}
-        return {"gpu_type": None, "gpu_type_by": None, **speeds}
+            kind, by = self.running_type(job), "slurm"
+        elif self.pinned(job):
+            kind, by = self.pinned(job), "user"
+        elif job.job_id in self.placed:
+            kind, by = self.placed[job.job_id], "controller"
+        else:
+            kind = by = None
+        return {"gpu_type": kind, "gpu_type_by": by, "gpu_speeds": self.speed_text.get(job.job_id)}
 
     def steer(self, placement, run: set, version: str, wanted: dict) -> list:
         """The actions that move each pending, unpinned job of `run` to the type `placement` gives it (see the

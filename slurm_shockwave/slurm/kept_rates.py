@@ -23,19 +23,21 @@ def saved_dict(state, key: str) -> dict:
 
 
 class KeptRates:
-    """Per-job tables (`tables`: each a dict keyed by job id) saved under `KEY` as `saved()` gives them."""
+    """Per-job tables (`tables`: each a dict keyed by job id; by default the one `by_job`) saved under `KEY` as
+    `saved()` gives them (by default `by_job`)."""
 
     KEY = ""
+    by_job: dict
 
     def __init__(self, state):
         self.state = state
         self._dirty = False
 
     def tables(self) -> tuple[dict, ...]:
-        raise NotImplementedError
+        return (self.by_job,)
 
     def saved(self):
-        raise NotImplementedError
+        return self.by_job
 
     def keep(self, job_ids) -> None:
         """Forget the jobs no longer managed; save when anything changed."""
@@ -44,6 +46,10 @@ class KeptRates:
             for k in [k for k in table if k not in keep]:
                 del table[k]
                 self._dirty = True
+        self.save()
+
+    def save(self) -> None:
+        """Put the tables in the state when they changed."""
         if self._dirty and self.state is not None:
             self.state.put(self.KEY, self.saved())
             self._dirty = False

@@ -50,12 +50,6 @@ class InFlight(KeptRates):
             and isinstance(v.get("until"), (int, float))
         }
 
-    def tables(self) -> tuple[dict, ...]:
-        return (self.by_job,)
-
-    def saved(self):
-        return self.by_job
-
     def started(self, backend, moves: dict, decision, run: set, results) -> None:
         """After a round's enactment (`results`: (action, outcome) pairs): the jobs it signalled for a move (`moves`:
         job -> its new nodes) or a count change (`Elastic.want`, slurm/resize.py) are on their way, for as long as
@@ -77,7 +71,7 @@ class InFlight(KeptRates):
                 "until": until,
             }
             self._dirty = True
-        self.keep(self.by_job)
+        self.save()
 
     def target(self, job: SlurmJob, now: float) -> dict | None:
         """The move `job` is on its way to: requeued (at a later restart count than it was moved at: PENDING, or

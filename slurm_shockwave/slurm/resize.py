@@ -107,12 +107,6 @@ class Measured(KeptRates):
         """{count: iterations/s} it reported at this batch size."""
         return {int(n): float(t) for n, (b, t) in self.by_job.get(str(job_id), {}).items() if b == batch_size}
 
-    def tables(self) -> tuple[dict, ...]:
-        return (self.by_job,)
-
-    def saved(self):
-        return self.by_job
-
 
 def _readable(e) -> bool:
     """A kept [batch size, iterations/s] pair."""
