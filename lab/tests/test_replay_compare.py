@@ -221,3 +221,25 @@ def test_uniform_speeds_make_the_controllers_speeds_every_jobs_own(tmp_path):
     assert any(abs(a.epoch_s_by_type[b]["k80"] - j.epoch_s_by_type[b]["k80"]) > 1 for a, j in zip(own, jobs)
                for b in a.epoch_s_by_type)                     # each job's own speeds differ from the site's
     assert compare.simulate(specs, tables, {"v100": 4, "k80": 4}, 2, "shockwave-edf", 4.0, 30.0)["makespan_s"] > 0
+
+
+def test_the_typed_replay_reads_one_real_run_against_the_simulated_spread(tmp_path):
+    """bench/replay_typed.py: the simulated spread of a typed result (16 simulations, arrivals moved by up to 1 wall
+    s) from the result's own inputs, and real against its mean and range in the doc's lines."""
+    from shockwave_lab.bench.replay_typed import add_spread, spread_lines
+    from shockwave_lab.data_files import DEFAULT_EXPERIMENT
+    thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
+    trace = tmp_path / "t.trace"
+    trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
+    res = {"trace": str(trace), "gpus": 8, "users": 3, "gpu_types": ["v100", "k80"], "uniform_speeds": False,
+           "policy": "shockwave-edf", "time_scale": 30.0, "real": {"restart_cost_s": 20.0}}
+    add_spread(res)
+    spread = res["simulated_spread"]
+    assert spread["runs"] == 16
+    for k in ("makespan_s", "avg_jct_s"):
+        assert 0 < spread[k]["min"] <= spread[k]["mean"] <= spread[k]["max"]
+    res["real"].update(makespan_s=spread["makespan_s"]["mean"], avg_jct_s=2 * spread["avg_jct_s"]["max"])
+    lines = spread_lines(res).splitlines()
+    assert lines[0].startswith("- makespan against the mean of the simulated spread: yes (real / mean 1.000; inside")
+    assert "average JCT against the mean of the simulated spread: **no**" in lines[1] and "outside its range" in lines[1]
+    assert spread_lines({"real": {}}) == ""

@@ -10,8 +10,11 @@ replay/emujob.py); the controller is given one speed per type (`gpu_type_speeds`
 jobs relative to the fastest, `replay/api.py` `site_speeds`, what a site would measure), so it places and moves jobs
 on those speeds while the simulator knows each job's own.  Writes the result under bench/results/replay/ and
 docs/replay-typed.md (real against simulated makespan, average JCT, restarts, wasted preemptions; the dynamic FTF rows
-count the real cluster's GPUs untyped, the simulator's at each job's speed, so they are not compared).
-`--from-json R.json --notes N.md` rewrites the doc from a kept result with its reading.
+count the real cluster's GPUs untyped, the simulator's at each job's speed, so they are not compared), and the
+simulated spread, as the other replays have it (`bench/replay.py`): 16 simulations with each arrival moved by up to
+1 wall s, whose makespans and JCTs this small trace spreads over several percent; one real run is read against their
+mean and range too.  `--from-json R.json --notes N.md` rewrites the doc from a kept result with its reading (and
+adds the spread to a result kept without one).
 """
 from __future__ import annotations
 
@@ -21,15 +24,43 @@ import time
 from pathlib import Path
 
 from shockwave_lab.bench import ROOT
-from shockwave_lab.bench.replay import RESULTS, elastic_trace
+from shockwave_lab.bench.replay import RESULTS, SPREAD_RUNS, elastic_trace, mean_of, spread_line
 from shockwave_lab.data_files import DEFAULT_EXPERIMENT, experiment_paths
 from shockwave_lab.replay.api import replay
-from shockwave_lab.replay.compare import render_markdown
+from shockwave_lab.replay.compare import deviation, render_markdown
 from slurm_shockwave.strict_json import dumps
 
 DOC = ROOT / "docs" / "replay-typed.md"
 TITLE = ("# Real Slurm with several GPU types: replay vs simulator\n\nWritten by `bench/replay_typed.py` (its "
          "docstring says what runs); the setting and the measures are docs/replay.md's.\n\n")
+
+
+def add_spread(res: dict) -> None:
+    """The simulated column's spread (replay/compare.py `spread`) from the result's own inputs."""
+    from shockwave_lab.replay import compare
+    from shockwave_lab.replay.api import load, start_cost, type_capacity
+    thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
+    trace, types = Path(res["trace"]), res["gpu_types"]
+    if not trace.exists():                  # kept on another checkout: the same file here
+        trace = RESULTS / trace.name
+    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"], gpu_types=types,
+                               uniform=bool(res.get("uniform_speeds")))
+    res["simulated_spread"] = compare.spread(specs, table, type_capacity(res["gpus"], types), len(types),
+                                             res["policy"], start_cost(res["real"]), res["time_scale"], SPREAD_RUNS)
+
+
+def spread_lines(res: dict) -> str:
+    """Real against the mean of the simulated spread, and whether it lies inside the spread's range."""
+    spread, real = res.get("simulated_spread"), res["real"]
+    if not spread:
+        return ""
+    d = deviation(real, mean_of(spread))
+    out = []
+    for k, label in (("makespan_s", "makespan"), ("avg_jct_s", "average JCT")):
+        inside = "inside" if spread[k]["min"] <= real[k] <= spread[k]["max"] else "outside"
+        out.append(f"- {label} against the mean of the simulated spread: {'yes' if abs(d[k]) <= 0.05 else '**no**'} "
+                   f"(real / mean {1 + d[k]:.3f}; {inside} its range)\n")
+    return "".join(out)
 
 
 def section(res: dict, notes: str = "") -> str:
@@ -44,10 +75,11 @@ def section(res: dict, notes: str = "") -> str:
             f"{res['gpu_type_speeds']} ({who}); {res['users']} users; policy {res['policy']}; rounds "
             f"{res['round_seconds']:g} s; "
             f"wall {res['wall_s']:.0f} s; load average (1/5/15 min) {load} on {res['cpus']} cores; restart cost "
-            f"measured {res['restart_cost_s'] or 0:.0f} trace s.\n\n" + render_markdown(res) + "\n\n"
-            f"- makespan within 5% of the simulator: {ok['makespan_s']} (real / simulated "
+            f"measured {res['restart_cost_s'] or 0:.0f} trace s.\n\n" + render_markdown(res) + "\n\n" + spread_line(res)
+            + f"- makespan within 5% of the simulator: {ok['makespan_s']} (real / simulated "
             f"{real['makespan_s'] / sim['makespan_s']:.3f})\n"
             f"- average JCT within 5%: {ok['avg_jct_s']} (real / simulated {real['avg_jct_s'] / sim['avg_jct_s']:.3f})\n"
+            + spread_lines(res)
             + (f"\n{notes.strip()}\n" if notes.strip() else ""))
 
 
@@ -67,7 +99,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     notes = Path(args.notes).read_text() if args.notes else ""
     if args.from_json:
-        DOC.write_text(TITLE + section(json.loads(Path(args.from_json).read_text()), notes))
+        res = json.loads(Path(args.from_json).read_text())
+        if not res.get("simulated_spread"):
+            add_spread(res)
+            Path(args.from_json).write_text(dumps(res, indent=1))
+        DOC.write_text(TITLE + section(res, notes))
         return 0
     from shockwave_lab.workload.throughputs import ThroughputTable
     from slurm_shockwave.policy_settings import default_name
@@ -83,6 +119,7 @@ def main(argv=None) -> int:
     res["command"] = (f"nice -n 10 .venv/bin/python bench/replay_typed.py --gpu-types {','.join(types)} --jobs "
                       f"{args.jobs} --seed {args.seed} --gpus {args.gpus} --time-scale {args.time_scale:g} "
                       f"--hours {args.hours}{' --uniform' if args.uniform else ''}")
+    add_spread(res)
     kind = "-uniform" if args.uniform else ""
     path = RESULTS / f"typed-{'-'.join(types)}{kind}-s{args.time_scale:g}-{time.strftime('%Y%m%d-%H%M')}.json"
     path.write_text(dumps(res, indent=1))
