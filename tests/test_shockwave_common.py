@@ -44,3 +44,19 @@ def test_resolve_cadence_and_cached_plan(policy):
             js = js + [mkjob(99, total=5, arrival=700.0)]   # an arrival at round 6
         paths.append(pol.decide(view(js, r=r, G=2)).path)
     assert paths == ["solved", "cached", "cached", "solved", "cached", "solved", "solved", "cached"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_job_planned_now_that_its_type_has_no_room_for_is_off_until_its_next_planned_round(policy):
+    """The plan counts GPUs; the round places them by type.  A job the plan lists this round whose type has no room
+    left does not run, and its record says when it is planned next (the gate reads that as its time off), not 0, "this
+    round" (the typed replay of 2026-12-07 11:37 read three such jobs as "not planned in the window")."""
+    from dataclasses import replace
+
+    from solver.types import ClusterView
+    jobs = [replace(mkjob(i, g=2, total=200), gpu_type="v100") for i in range(3)]
+    d = policy().decide(ClusterView(now=0.0, round_index=0, round_length=120.0, num_gpus=8, jobs=tuple(jobs),
+                                    capacity={"v100": 4, "k80": 4}))
+    assert len(d.run) == 2
+    (left,) = {0, 1, 2} - set(d.run)
+    assert d.plans[left].rule == "" and d.plans[left].next_offset is not None and d.plans[left].next_offset >= 1

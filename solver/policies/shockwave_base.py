@@ -329,9 +329,12 @@ class ShockwaveBase(Policy):
         run, overdue = self._guard(view, run, rest)
         for jid in run:
             self.last_ran[str(jid)] = r
+        # a job's next planned round after this one: one the plan lists now but the round does not run (the guard's
+        # jobs or its type's GPUs left it no room) is off until then, not "planned this round" (the gate's off time;
+        # the replay of 2026-12-07 11:37 read three such jobs as "not planned in the window")
         first: dict[Any, int] = {}
         for t in sorted(self.plan):
-            if t >= r:
+            if t > r:
                 for jid in self.plan[t]:
                     first.setdefault(jid, t - r)
         chosen, overdue_set = set(run), set(overdue)
