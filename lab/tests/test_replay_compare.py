@@ -231,8 +231,8 @@ def test_the_typed_replay_reads_one_real_run_against_the_simulated_spread(tmp_pa
     thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
     trace = tmp_path / "t.trace"
     trace.write_text(trace_text(generate(CI_TRACE, ThroughputTable.load(thr))))
-    res = {"trace": str(trace), "gpus": 8, "users": 3, "gpu_types": ["v100", "k80"], "uniform_speeds": False,
-           "policy": "shockwave-edf", "time_scale": 30.0, "real": {"restart_cost_s": 20.0}}
+    res = {"trace": str(trace), "gpus": 8, "nodes": 2, "users": 3, "gpu_types": ["v100", "k80"], "uniform_speeds": False,
+           "policy": "shockwave-edf", "time_scale": 30.0, "fair_share": "slurmdbd", "real": {"restart_cost_s": 20.0}}
     add_spread(res)
     spread = res["simulated_spread"]
     assert spread["runs"] == 16

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 from shockwave_lab.bench import ROOT
-
 from shockwave_lab.data_files import DEFAULT_EXPERIMENT, experiment_paths
 from shockwave_lab.replay.api import replay, start_cost
 from shockwave_lab.replay.compare import SPREAD_KEYS as HEADLINE, deviation, render_markdown
@@ -46,7 +45,6 @@ ELASTIC_TITLE = ("# Real Slurm with elastic jobs: replay vs simulator\n\nWritten
 #: simulator offers are the controller's (replay/plan.py `check_counts`); LM's batch sizes (5 x 2^k) and
 #: Recommendation (profiled on 1 GPU only) would not be
 ELASTIC_MODELS = ("ResNet-18", "ResNet-50", "Transformer")
-
 
 #: runs whose real side is today's: plain Slurm since fair-share is real, Shockwave since its controller starts
 #: early rounds at the replay's time scale (and its simulation does too)
@@ -304,34 +302,36 @@ def run_elastic(args) -> dict:
 
 
 def _inputs(res: dict):
-    """(specs, table, start cost, time scale) of a kept result: the simulator's inputs."""
+    """(specs, table, GPUs, start cost, time scale) of a kept result: the simulator's inputs (on several GPU types
+    {type: GPUs} and a table per type: bench/replay_typed.py)."""
     from shockwave_lab.data_files import TRACES
-    from shockwave_lab.replay.api import load
+    from shockwave_lab.replay.api import load, type_capacity
     thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
     trace = Path(res["trace"])
-    if not trace.exists():                  # kept before the lab moved (or on another checkout): the bundled one
-        trace = TRACES / trace.name
-    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"], elastic=res.get("elastic"))
+    if not trace.exists():                  # kept on another checkout: the one generated here, or the bundled one
+        trace = RESULTS / trace.name if (RESULTS / trace.name).exists() else TRACES / trace.name
+    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"], elastic=res.get("elastic"),
+                               gpu_types=res.get("gpu_types") or (), uniform=bool(res.get("uniform_speeds")))
+    gpus = type_capacity(res["gpus"], res["gpu_types"]) if res.get("gpu_types") else res["gpus"]
     cost = start_cost(res["real"]) if res.get("fair_share") else res.get("restart_cost_s") or 20.0
-    return specs, table, cost, res["time_scale"] if res.get("fair_share") else None
+    return specs, table, gpus, cost, res["time_scale"] if res.get("fair_share") else None
 
 
 def resimulate(res: dict) -> None:
     """The simulated column again, from the result's own inputs (a fix of the model after the run)."""
     from shockwave_lab.replay import compare
-    inputs = _inputs(res)
-    specs, table, cost, scale = inputs
+    specs, table, gpus, cost, scale = inputs = _inputs(res)
     res.setdefault("simulated_at_run", res["simulated"])          # what the run itself printed
-    res["simulated"] = compare.simulate(specs, table, res["gpus"], res["nodes"], res["policy"], cost, scale)
+    res["simulated"] = compare.simulate(specs, table, gpus, res["nodes"], res["policy"], cost, scale)
     res["deviation"] = compare.deviation(res["real"], res["simulated"])
     add_spread(res, inputs)
 
 
 def add_spread(res: dict, inputs=None) -> None:
     from shockwave_lab.replay import compare
-    specs, table, cost, scale = inputs or _inputs(res)
+    specs, table, gpus, cost, scale = inputs or _inputs(res)
     if scale:
-        res["simulated_spread"] = compare.spread(specs, table, res["gpus"], res["nodes"], res["policy"], cost, scale,
+        res["simulated_spread"] = compare.spread(specs, table, gpus, res["nodes"], res["policy"], cost, scale,
                                                  SPREAD_RUNS)
 
 

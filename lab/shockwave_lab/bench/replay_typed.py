@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from shockwave_lab.bench import ROOT
-from shockwave_lab.bench.replay import RESULTS, SPREAD_RUNS, elastic_trace, mean_of, spread_line
+from shockwave_lab.bench.replay import RESULTS, add_spread, elastic_trace, mean_of, spread_line
 from shockwave_lab.data_files import DEFAULT_EXPERIMENT, experiment_paths
 from shockwave_lab.replay.api import replay
 from shockwave_lab.replay.compare import deviation, render_markdown
@@ -33,20 +33,6 @@ from slurm_shockwave.strict_json import dumps
 DOC = ROOT / "docs" / "replay-typed.md"
 TITLE = ("# Real Slurm with several GPU types: replay vs simulator\n\nWritten by `bench/replay_typed.py` (its "
          "docstring says what runs); the setting and the measures are docs/replay.md's.\n\n")
-
-
-def add_spread(res: dict) -> None:
-    """The simulated column's spread (replay/compare.py `spread`) from the result's own inputs."""
-    from shockwave_lab.replay import compare
-    from shockwave_lab.replay.api import load, start_cost, type_capacity
-    thr = experiment_paths(DEFAULT_EXPERIMENT)["throughputs"]
-    trace, types = Path(res["trace"]), res["gpu_types"]
-    if not trace.exists():                  # kept on another checkout: the same file here
-        trace = RESULTS / trace.name
-    _jobs, specs, table = load(trace, thr, res["gpus"], res["users"], gpu_types=types,
-                               uniform=bool(res.get("uniform_speeds")))
-    res["simulated_spread"] = compare.spread(specs, table, type_capacity(res["gpus"], types), len(types),
-                                             res["policy"], start_cost(res["real"]), res["time_scale"], SPREAD_RUNS)
 
 
 def spread_lines(res: dict) -> str:
