@@ -126,7 +126,6 @@ def test_the_emulated_job_keeps_the_fraction_of_an_epoch_across_a_count_change(t
     time.sleep(1.0)  # a third of the first epoch
     first.send_signal(signal.SIGUSR1)
     first.wait(30)
-    began = time.monotonic()
     subprocess.run(
         argv,
         cwd=tmp_path,
@@ -136,15 +135,16 @@ def test_the_emulated_job_keeps_the_fraction_of_an_epoch_across_a_count_change(t
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    second_run = time.monotonic() - began
     runs = [json.loads(line) for line in (tmp_path / "tl.jsonl").read_text().splitlines()]
     stopped = next(r for r in runs if r["ev"] == "work_end" and r["run"] == 0)
     resumed = next(r for r in runs if r["ev"] == "work_start" and r["run"] == 1)
+    ended = next(r for r in runs if r["ev"] == "work_end" and r["run"] == 1)
     assert (stopped["gpus"], resumed["gpus"]) == (1, 4) and resumed["epoch"] == stopped["epoch"] == 0
     done = stopped["in_epoch_s"] / 60.0  # the fraction of the epoch done on 1 GPU
     assert 0.2 < done < 0.8 and resumed["in_epoch_s"] == pytest.approx(done * 20.0)
-    # the rest of epoch 0 and all of epoch 1 at the 4-GPU length (1 s each), not the 1-GPU one (3 s each)
-    assert second_run < (1 - done) * 3.0 + 3.0
+    # the rest of epoch 0 and all of epoch 1 at the 4-GPU length (1 s each), not the 1-GPU one (3 s each): the run's
+    # work on its own timeline (its processes' start-up, seconds on a loaded machine, is not the epochs' length)
+    assert ended["why"] == "done" and ended["t"] - resumed["t"] < (1 - done) * 3.0 + 3.0
     events = EventReader(tmp_path / "store").read_job("78").events
     ends = sorted((e.epoch, e.gpus, e.restart) for e in events if e.kind == "epoch_end")
     assert ends == [(0, 4, 1), (1, 4, 1)]
