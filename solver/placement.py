@@ -5,7 +5,8 @@ type (a job spanning two GPU generations runs at the slower one's pace).  A job 
 (`JobView.gpu_type`) only goes there.  A job whose view lists its speed per type (`JobView.throughput_by_type`)
 goes only to those types, to the fastest one with room for its gang (equal speeds: the type with the most free
 GPUs, then by name): a greedy fill in priority order gives the fastest GPUs to the first jobs.  Any other job
-takes the type with the most free GPUs that fits it.
+takes the type with the most free GPUs that fits it.  Both first go where they leave out the fewest GPUs of the
+round's later jobs pinned to a type (a running job's view asks for its own): `Packer(capacity, reserve)`.
 
 * `Packer`: one round's free GPUs, for policies that fill a round greedily (`take` a gang or skip it);
 * `place(view, run)`: the placement of a decided round (job -> {type: count}), or `PlacementError`;
@@ -31,11 +32,14 @@ class PlacementError(ValueError):
 class Packer:
     """Free GPUs per type during one round; gangs are taken whole from one type."""
 
-    def __init__(self, capacity: Mapping[str, int] | int) -> None:
-        """`capacity`: free GPUs per type, or a number of untyped GPUs."""
+    def __init__(self, capacity: Mapping[str, int] | int, reserve: Iterable[JobView] = ()) -> None:
+        """`capacity`: free GPUs per type, or untyped GPUs; `reserve`: later jobs (GPUs of those pinned to a type)."""
         if not isinstance(capacity, Mapping):
             capacity = {GPU: int(capacity)}
         self.free = {t: int(n) for t, n in capacity.items()}
+        self.held = {j.job_id: (j.gpu_type, j.num_gpus) for j in reserve if j.gpu_type is not None and j.num_gpus > 0}
+        self.reserved = {t: sum(n for u, n in self.held.values() if u == t) for t in self.free}
+        self.placed: dict[Any, str] = {}  # job -> the type take_job gave it
 
     @property
     def total(self) -> int:
@@ -44,11 +48,10 @@ class Packer:
     def _type_for(self, gpus: int, gpu_type: str | None, speeds: Mapping[str, float] | None = None) -> str | None:
         if gpu_type is not None:
             return gpu_type if self.free.get(gpu_type, 0) >= gpus and (not speeds or gpu_type in speeds) else None
-        if speeds:
-            room = [t for t in speeds if speeds[t] > 0 and self.free.get(t, 0) >= gpus]
-            return max(room, key=lambda t: (speeds[t], self.free[t], t), default=None)
-        best = max(self.free, key=lambda t: (self.free[t], t), default=None)
-        return best if best is not None and self.free[best] >= gpus else None
+        speeds = speeds or dict.fromkeys(self.free, 1.0)  # no speeds: the most free GPUs
+        room = [t for t in speeds if speeds[t] > 0 and self.free.get(t, 0) >= gpus]
+        out = {t: min(gpus, max(0, self.reserved.get(t, 0) - self.free[t] + gpus)) for t in room}  # reserved left out
+        return max(room, key=lambda t: (-out[t], speeds[t], self.free[t], t), default=None)
 
     def fits(self, gpus: int, gpu_type: str | None = None, speeds: Mapping[str, float] | None = None) -> bool:
         return gpus > 0 and self._type_for(gpus, gpu_type, speeds) is not None
@@ -63,12 +66,13 @@ class Packer:
             self.free[t] -= gpus
         return t
 
-    def fits_job(self, job: JobView) -> bool:
-        return self.fits(job.num_gpus, job.gpu_type, job.throughput_by_type)
-
     def take_job(self, job: JobView) -> str | None:
         """`take` a JobView's whole gang on its requested type, else on the fastest type it can run on."""
-        return self.take(job.num_gpus, job.gpu_type, job.throughput_by_type)
+        t = self.take(job.num_gpus, job.gpu_type, job.throughput_by_type)
+        if t is not None:
+            self.placed[job.job_id] = t
+            self.reserved[t] -= self.held.pop(job.job_id, (t, 0))[1]
+        return t
 
 
 def free_gpus(view: ClusterView, placement: Mapping[Any, Mapping[str, int]]) -> dict[str, int]:
@@ -86,7 +90,7 @@ def place(view: ClusterView, run: Iterable[Any]) -> dict[Any, dict[str, int]]:
     free GPUs it can run on (a run set chosen without speeds may only fit so); PlacementError when neither fits."""
     jobs = {j.job_id: j for j in view.jobs}
     ids = list(run)
-    packer, out = Packer(view.capacity), {}
+    packer, out = Packer(view.capacity, [jobs[i] for i in ids]), {}
     for jid in ids:
         t = packer.take_job(jobs[jid])
         if t is None:

@@ -111,6 +111,36 @@ def test_placement_takes_the_fastest_type_with_room_and_only_types_the_job_can_r
     assert place(v, [3, 2]) == {3: {"k80": 1}, 2: {"v100": 4}}
 
 
+def test_a_start_goes_where_it_leaves_out_the_fewest_gpus_of_jobs_pinned_to_a_type():
+    """The replay of 2026-12-07 11:37: a 4-GPU start first in the round took the four V100s, the fastest type for
+    it, and three running 1-GPU jobs pinned there (a running job's view asks for its type) had no room; on the K80s
+    it leaves out one job's GPU instead of three."""
+    speeds = {"v100": 4.0, "k80": 1.0}
+    start = dataclasses.replace(mkjob(5, g=4), throughput_by_type=speeds)
+    on_v100 = [dataclasses.replace(mkjob(i), throughput_by_type=speeds, gpu_type="v100") for i in (1, 2, 3)]
+    on_k80 = dataclasses.replace(mkjob(6), throughput_by_type=speeds, gpu_type="k80")
+    pinned, cap = on_v100 + [on_k80], {"v100": 4, "k80": 4}
+    assert Packer(cap).take_job(start) == "v100"                            # nothing pinned: the fastest
+    packer = Packer(cap, pinned)
+    assert packer.take_job(start) == "k80"
+    assert [packer.take_job(j) for j in pinned] == ["v100"] * 3 + [None]
+    v = ClusterView(0.0, 0, 120.0, 8, (start, *pinned), capacity=cap)
+    assert place(v, [5, 1, 2, 3]) == {5: {"k80": 4}, 1: {"v100": 1}, 2: {"v100": 1}, 3: {"v100": 1}}
+    # where the pinned jobs leave the fastest type room, the start still goes there
+    assert Packer({"v100": 8, "k80": 4}, pinned).take_job(start) == "v100"
+    # a reservation is a preference, never room: a type the start alone fits is still taken
+    assert Packer({"v100": 4}, on_v100).take_job(start) == "v100"
+    # the policies' own rounds: the start first (its fair start has come), the three keep running (before: the
+    # start on the V100s and job 6 alone kept)
+    running = [dataclasses.replace(j, epochs_done=5, steps_done=5000 / 32, bs_history=(32,) * 5, ran_last_round=True,
+                                   running_type=j.gpu_type, run_time=500.0) for j in pinned]
+    v = ClusterView(600.0, 5, 120.0, 8, (start, *running), capacity=cap)
+    for name in ("shockwave-edf", "shockwave-paper"):
+        decision = make_policy(name).decide(v)
+        assert decision.run == (5, 1, 2, 3), name
+        assert decision.placement == {5: {"k80": 4}, 1: {"v100": 1}, 2: {"v100": 1}, 3: {"v100": 1}}
+
+
 def test_a_cluster_of_one_type_is_the_untyped_pool():
     jobs = random_workload(3, 10, 4, ThroughputTable.load(THR))
     for policy in ("shockwave-edf", "max_min_fairness", "pollux"):

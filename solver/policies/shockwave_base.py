@@ -259,20 +259,22 @@ class ShockwaveBase(Policy):
             cap[j.user] = cap.get(j.user, 0.0) + view.num_gpus * self.budgets.get(j.job_id, 1.0) / len(view.jobs)
         return cap
 
-    def _guard(self, view: ClusterView, run: list[Any], extra: list[Any]) -> tuple[list[Any], list[Any]]:
+    def _guard(
+        self, view: ClusterView, run: list[Any], extra: list[Any], packer: Packer
+    ) -> tuple[list[Any], list[Any], Packer]:
         """No-starvation guard: jobs that waited >= B rounds first (longest wait, then oldest), each user up to
         its share of the GPUs (a user's first overdue job always counts: more jobs buy no more guard rounds),
         head of line never skipped; then the planned jobs (``run``), then ``extra``, while they fit.  Returns
-        (run, overdue)."""
+        (run, overdue, the Packer that placed run: ``packer`` itself when none is overdue)."""
         r, G, B = int(view.round_index), int(view.num_gpus), self.config.starvation_bound_rounds
         jobs = {j.job_id: j for j in view.jobs}
         overdue = [jid for jid in jobs if 0 < jobs[jid].num_gpus <= G and self._waited(jid, r) >= B]
         if not overdue:
-            return run, []
+            return run, [], packer
         overdue.sort(key=lambda i: (-self._waited(i, r), -(view.now - jobs[i].arrival_time), str(i)))
         out: list[Any] = []
         taken: dict[str, int] = {}
-        packer, cap = Packer(view.capacity), self.user_caps(view)
+        packer, cap = Packer(view.capacity, [jobs[i] for i in run]), self.user_caps(view)
         for jid in overdue:
             u, g = jobs[jid].user, jobs[jid].num_gpus
             if taken.get(u, 0) and taken[u] + g > cap[u] + 1e-9:
@@ -291,7 +293,7 @@ class ShockwaveBase(Policy):
                     out.append(jid)
                     chosen.add(jid)
                     taken[u] = taken.get(u, 0) + g
-        return out, overdue
+        return out, overdue, packer
 
     def _from_plan(
         self,
@@ -306,7 +308,7 @@ class ShockwaveBase(Policy):
         r = int(view.round_index)
         jobs = {j.job_id: j for j in view.jobs}
         planned_rules = self.plan_rules.get(r, {})
-        run, packer, rule = [], Packer(view.capacity), {}
+        run, packer, rule = [], Packer(view.capacity, [jobs[i] for i in self.plan.get(r, []) if i in jobs]), {}
         for jid in self.plan.get(r, []):
             j = jobs.get(jid)
             if j is not None and packer.take_job(j):
@@ -326,7 +328,7 @@ class ShockwaveBase(Policy):
                     run.append(jid)
                     rule[jid] = "backfill"
                     taken[u] = taken.get(u, 0) + g
-        run, overdue = self._guard(view, run, rest)
+        run, overdue, packer = self._guard(view, run, rest, packer)
         for jid in run:
             self.last_ran[str(jid)] = r
         # a job's next planned round after this one: one the plan lists now but the round does not run (the guard's
@@ -358,6 +360,7 @@ class ShockwaveBase(Policy):
         return RoundDecision(
             tuple(run),
             plans,
+            placement={jid: {packer.placed[jid]: jobs[jid].num_gpus} for jid in run},
             path=path,
             solve_time_s=solve_time,
             solver_status=self.last_status,
