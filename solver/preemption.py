@@ -140,12 +140,14 @@ def gate(
     stopping: Set[Any] = frozenset(),
     rounds_per_restart: int = ROUNDS_PER_RESTART,
     outlived: Set[Any] = frozenset(),
+    fresh: Set[Any] = frozenset(),
 ) -> tuple[RoundDecision, dict[Any, Any]]:
     """(the decision with the jobs whose preemption would not pay kept running, {job: Verdict} of every job
     that lost its round).  The plan of each judged job carries the verdict's line in `reason` (the controller's
     annotations complete it).  `costs`: measured preemption cost per job (seconds); `stopping`: jobs whose
     preemption is already under way (neither kept nor judged again); `rounds_per_restart`: the restart bound
-    (ROUNDS_PER_RESTART; 0: none); `outlived`: jobs past the last round of work they were kept for (`LastRounds`)."""
+    (ROUNDS_PER_RESTART; 0: none); `outlived`: jobs past the last round of work they were kept for (`LastRounds`);
+    `fresh`: jobs that restarted in the round before (the guard's reservation does not take them out again)."""
     run = list(decision.run)
     placement = {j: dict(p) for j, p in decision.placement.items()}
     plans = dict(decision.plans)
@@ -182,9 +184,12 @@ def gate(
         if v.pays:
             continue
         # the guard's first job (it lists the longest wait first) keeps what it was given from the restart bound: a
-        # reservation; a keep that saves a waste (a last round, a job back sooner than its cost) delays it a round
-        reserved = {next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)} - {None}
-        reserved = reserved if v.bound else set()
+        # reservation; a keep that saves a waste (a last round, a job back sooner than its cost) delays it a round, and
+        # so does a job that restarted in the round before (its restart would be wasted), unless the guard's job asks
+        # for more than half the GPUs (where small jobs keep restarting it would never start)
+        guard = next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)
+        wide = guard is not None and 2 * jobs[guard].num_gpus > view.num_gpus
+        reserved = {guard} if guard is not None and v.bound and (wide or j.job_id not in fresh) else set()
         evict = _make_room(view, jobs, run, placement, j, reserved, fair=v.bound)
         if evict is None:
             why = "the job that waited the starvation bound longest" if reserved else "running jobs or other users"

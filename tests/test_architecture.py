@@ -56,6 +56,9 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 64, PRODUCT_MAX_MOD
 #: a move or resize on its way seen where it goes (slurm/moving.py: a job requeued for a move was decided afresh as a
 #: waiting job in the next round and could be placed back on the type it left): one module, 106 lines (16,477)
 PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 106, PRODUCT_MAX_MODULES + 1
+#: the gate keeps a job that restarted in the round before from the guard's reservation (solver/preemption.py, the
+#: loop's run set of the round before): 7 lines (16,492)
+PRODUCT_MAX_LINES += 7
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

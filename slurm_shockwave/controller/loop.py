@@ -95,6 +95,7 @@ class RoundLoop:
         self.last_type_moves: dict[Any, tuple[str, str]] = {}
         self.resizes = {"grown": 0, "shrunk": 0}  # count changes of elastic jobs (solver/elastic.py)
         self._last_run: set[Any] | None = None  # the previous round's run set (None: no round yet)
+        self._run_before: set[Any] | None = None  # the run set of the round before that
         self.last_resizes: dict[Any, elastic.Sizing] = {}
         self._changed_at: dict[Any, float] = {}  # job -> `now` of the round that last changed its count
         self._last_rounds, self._outlived = preemption.LastRounds(), frozenset[Any]()  # past their last round
@@ -140,7 +141,7 @@ class RoundLoop:
         if self.on_decision is not None:
             self.on_decision(record)
         self.backend.apply(decision)
-        self._last_run = set(decision.run)
+        self._run_before, self._last_run = self._last_run, set(decision.run)
         self.rounds += 1
         self.fallbacks += int(fallback)
         self._count_rules(view, decision)
@@ -160,8 +161,11 @@ class RoundLoop:
         self._outlived = self._last_rounds.outlived(view)
         if self.preemption_cost_s is not None:
             costs = self.backend.preemption_costs()
+            # restarted in the round before: ran in it, not in the one before it, and not for the first time
+            before = self._run_before if self._run_before is not None else {j.job_id for j in view.jobs}
+            fresh = frozenset(j.job_id for j in view.jobs if j.ran_last_round and j.restarts and j.job_id not in before)
             gated, _verdicts = preemption.gate(
-                view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart, self._outlived
+                view, decision, costs, self.preemption_cost_s, stopping, self.rounds_per_restart, self._outlived, fresh
             )
             decision = check_decision(view, gated)
         self._last_rounds.note(view)
