@@ -20,8 +20,10 @@ with `Policy.sizes_elastic_jobs`) and uses only GPUs the round leaves idle; it n
 4. **A change pays for itself.**  Any count other than the one a job ran on is kept only when the time it saves
    over the loan (`horizon`: until the policy plans to start a waiting job, at most its window) exceeds its
    restarts: the change itself for a running job, and the way back (`pays`); a running job grows only within the
-   gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py), but for one
-   that no round started (`begun`: on Slurm, a job starts on its own count when GPUs are free, before the round).
+   gate's restart bound (one restart per `rounds_per_restart` rounds of its run, solver/preemption.py; its first
+   change free: a job that never restarted has no thrash to bound), but for one that no round started (`begun`: on
+   Slurm, a job starts on its own count when GPUs are free, before the round); 3 lends no GPU to a job the bound
+   keeps (it would idle).
    A job's new count is else the one it ran on, or its base count; a running job whose count changed less than a
    round ago (`recent`) is not grown, nor taken back up to its base: that change would be wasted (`wasted_change`).
    A job without a range never changes count.
@@ -214,12 +216,24 @@ def size(
         size_of[j.job_id] = n
         free[t] -= n
         started.append(j.job_id)
-    # 3. idle GPUs: the largest speed-up per added GPU first, one step at a time
+
+    def bound(jid: Any) -> bool:
+        """A running job the restart bound keeps on its count: one restart per `rounds_per_restart` rounds of its
+        run, a job's first change free (a job that never restarted has no thrash to bound); none for one no round
+        started (`begun`)."""
+        j = jobs[jid]
+        return jid not in begun and j.restarts * rounds_per_restart * view.round_length > j.run_time
+
+    # 3. idle GPUs: the largest speed-up per added GPU first, one step at a time, to the jobs 4 lets grow (not to a
+    # running one the restart bound keeps: its GPUs would idle)
     while True:
         step = None
         for jid, n in size_of.items():
             up = _up(rd, jid, n)
-            if up is None or up - n > free.get(rd.type[jid], 0) or (jid in recent and was(jid) is not None):
+            if up is None or up - n > free.get(rd.type[jid], 0):
+                continue
+            w = was(jid)
+            if w is not None and (jid in recent or (up > w and bound(jid))):
                 continue
             key = (rd.speedup(jid, n, up), -rd.left(jid, n), str(jid))
             if key[0] > 0 and (step is None or key > step[0]):
@@ -240,9 +254,7 @@ def size(
             n = before  # changed less than a round ago: growing it again now would waste that change
         elif n > start and jid not in started and not back_up:  # noqa: SIM102 (the cheap test first)
             if not pays(rd.gain(jid, start, n), _cost(costs, jid, cost_s), before is not None) or (
-                before is not None
-                and jid not in begun
-                and (j.restarts + 1) * rounds_per_restart * view.round_length > j.run_time
+                before is not None and bound(jid)
             ):
                 n = start
         if n == j.num_gpus and before in (None, n):

@@ -12,11 +12,14 @@ user's first, then those of users who would still hold at least as many GPUs for
 user GPUs), and a job the restart bound keeps never from the first job its policy's starvation guard starts (rule
 "guard", the longest wait: a reservation, so a gang as large as the cluster starts at last; the bound on a job's wait
 comes before the bound on another's restarts; a keep that saves a waste, a job in its last round or back sooner than
-its cost, delays that job a round at most); when those do not free enough GPUs of its type it is preempted after
-all. A job whose preemption would pay but whose GPUs then go to no job because a start went back out for a kept one is
-kept too: its preemption would buy nothing (`IDLE`; a policy's own choice to leave GPUs idle stands). An elastic job
-that runs on fewer GPUs than it asked (lent idle ones, solver/elastic.py) is not kept by the restart bound, and one the
-gate keeps for a waste it saves keeps only those GPUs (`held`).
+its cost, delays that job a round at most), nor from a start past its latest fair start (its plan's
+`fair_finish_in_s` <= 0) when the kept job's own slack to its latest fair start covers that job's predicted remaining
+time (it can wait for it without becoming late itself, so two late jobs do not take turns); when those do not free
+enough GPUs of its type it is preempted after all. A job whose preemption would pay but whose GPUs then go to no
+job because a start went back out for a kept one is kept too: its preemption would buy nothing (`IDLE`; a policy's
+own choice to leave GPUs idle stands). An elastic job that runs on fewer GPUs than it asked (lent idle ones,
+solver/elastic.py) is not kept by the restart bound, and one the gate keeps for a waste it saves keeps only those GPUs
+(`held`).
 
 A preemption is *wasted* when the job had at most one round of work left, or when it restarted before the next round
 boundary (it freed its GPUs for less than a round): `wasted`, for the simulator's loop and the controller alike, of the
@@ -155,6 +158,7 @@ def gate(
     lost = [j for j in view.jobs if j.ran_last_round and j.job_id not in set(run) and j.job_id not in stopping]
     verdicts = {}
     evicted: set[Any] = set()  # the starts the keeps take out
+    late = {x for x in run if not jobs[x].ran_last_round and _due(plans, x) <= 0}  # starts past their fair start
     for j in lost:
         plan = plans.get(j.job_id)
         off = plan.next_offset * view.round_length if plan is not None and plan.next_offset else None
@@ -190,9 +194,15 @@ def gate(
         guard = next((x for x in run if (plans.get(x) or JobPlan(x)).rule == "guard"), None)
         wide = guard is not None and 2 * jobs[guard].num_gpus > view.num_gpus
         reserved = {guard} if guard is not None and v.bound and (wide or j.job_id not in fresh) else set()
+        # nor, from the restart bound, a start past its latest fair start when the kept job's own slack covers that
+        # job's remaining time (it can wait for it and not become late itself: two late jobs do not take turns)
+        if v.bound:
+            slack = _due(plans, j.job_id)
+            reserved |= {x for x in late if slack >= _left(plans, x)}
         evict = _make_room(view, jobs, run, placement, j, reserved, fair=v.bound)
         if evict is None:
-            why = "the job that waited the starvation bound longest" if reserved else "running jobs or other users"
+            why = "a job past its latest fair start" if reserved else "running jobs or other users"
+            why = "the job that waited the starvation bound longest" if guard in reserved else why
             verdicts[j.job_id] = replace(v, pays=True, why=f"{v.why}, but its GPUs went to {why}")
             continue
         evicted |= set(evict)
@@ -275,6 +285,18 @@ def _held(
         w = float(j.weight)
         ws.setdefault(j.user, []).append(w if math.isfinite(w) and w > 0 else 1.0)
     return held, {u: sum(v) / len(v) for u, v in ws.items()}
+
+
+def _due(plans: Mapping[Any, JobPlan], jid: Any) -> float:
+    """Seconds to a job's latest fair start (its plan's `fair_finish_in_s`; none or not finite: never)."""
+    d = (plans.get(jid) or JobPlan(jid)).fair_finish_in_s
+    return float(d) if d is not None and math.isfinite(d) else math.inf
+
+
+def _left(plans: Mapping[Any, JobPlan], jid: Any) -> float:
+    """A job's predicted remaining seconds (none or not finite: unbounded)."""
+    r = (plans.get(jid) or JobPlan(jid)).predicted_remaining_s
+    return float(r) if r is not None and math.isfinite(r) else math.inf
 
 
 def _make_room(

@@ -59,6 +59,10 @@ PRODUCT_MAX_LINES, PRODUCT_MAX_MODULES = PRODUCT_MAX_LINES + 106, PRODUCT_MAX_MO
 #: the gate keeps a job that restarted in the round before from the guard's reservation (solver/preemption.py, the
 #: loop's run set of the round before): 7 lines (16,492)
 PRODUCT_MAX_LINES += 7
+#: the gate keeps no restart-bound job from a start past its latest fair start when its own slack covers that job (the
+#: elastic study's Saturn workloads; solver/preemption.py), and the elastic stage lends no GPU to a job the restart
+#: bound keeps, a job's first change free (solver/elastic.py): 34 lines (16,526)
+PRODUCT_MAX_LINES += 34
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

@@ -99,11 +99,20 @@ def test_a_change_must_pay_for_its_restarts():
     running = ClusterView(0.0, 9, ROUND, 8, (jv("s", left_s=40.0, ran=True, run_s=5000.0),))
     d, out = sized(running, ["s"])
     assert gpus(d, "s") == 1 and not out
-    # the restart bound: a running job that has run 60 s (less than 10 rounds) does not grow; one no round started
-    # (Slurm started it on its own count before the round) grows as a start would
-    view = ClusterView(0.0, 9, ROUND, 8, (jv("b", left_s=10000.0, ran=True, run_s=60.0),))
+    # the restart bound: a running job restarted once that has run 60 s (less than 10 rounds) does not grow; one no
+    # round started (Slurm started it on its own count before the round) grows as a start would, and so does one
+    # that never restarted (its first change: no thrash to bound)
+    view = ClusterView(0.0, 9, ROUND, 8, (jv("b", left_s=10000.0, ran=True, run_s=60.0, restarts=1),))
     assert gpus(sized(view, ["b"])[0], "b") == 1
     assert gpus(sized(view, ["b"], begun=frozenset({"b"}))[0], "b") == 8
+    first = ClusterView(0.0, 9, ROUND, 8, (replace(view.jobs[0], restarts=0),))
+    assert gpus(sized(first, ["b"])[0], "b") == 8
+    # the GPUs the bound keeps from a running job go to the others (2 of 6 did idle: the shorter "b" won each tie of
+    # speed-up, and its growth to 4 was then undone)
+    view = ClusterView(0.0, 9, ROUND, 6, (jv("b", left_s=1000.0, ran=True, run_s=60.0, restarts=1),
+                                          jv("n", left_s=10000.0)))
+    d, _ = sized(view, ["b", "n"])
+    assert (gpus(d, "b"), gpus(d, "n")) == (1, 4)
     # the loan's horizon: a waiting job planned next round bounds what a running job's growth saves (1 -> 8 on one
     # round: 120 s x (5.6 - 1) = 552 s, less than two restarts of 300 s); planned later, it pays
     jobs = (jv("r", left_s=10000.0, ran=True, run_s=5000.0), jv("w", gpus=8, elastic=False))

