@@ -257,30 +257,23 @@ def test_a_job_that_restarted_in_the_round_before_keeps_its_gpu_from_the_guard_u
 
 
 def test_a_start_past_its_latest_fair_start_keeps_its_gpus_from_a_kept_job_whose_slack_covers_it():
-    """The restart bound keeps a job just started (0 restarts in 20 s of run); a start past its latest fair start
-    (`fair_finish_in_s` <= 0) still takes its GPUs when the kept job's own slack covers the late job's remaining time
-    (found on the elastic study's Saturn workloads: a 12-GPU job of 355 s past its fair start waited 45 rounds behind
-    jobs the bound kept, docs/results_notes.md); not when the slack is shorter (two late jobs would take turns: an 8-GPU
-    pair on 16 GPUs restarted each other 4.4 times an hour), nor for a start still within its fair start, nor from a
-    plan's non-finite deadline or remaining time."""
-    cases = ((0.0, 1000.0, (2,)), (0.0, 100.0, (1,)), (50.0, 1000.0, (1,)), (0.0, None, (2,)))
-    for late_in, slack, runs in cases:
-        view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2,
-                           jobs=(jv(1, True, 900.0, run_s=ROUND), jv(2, False, 300.0, gpus=2)))
-        plans = {2: JobPlan(2, rule="deadline", fair_finish_in_s=late_in, predicted_remaining_s=300.0),
-                 1: JobPlan(1, next_offset=3, fair_finish_in_s=slack)}
-        g, verdicts = gate(view, decided(view, (2,), plans), {}, 30.0)
-        assert g.run == runs, (late_in, slack, g.run)
-        assert verdicts[1].pays is (runs == (2,))
-        if runs == (2,):
-            assert verdicts[1].why.endswith("but its GPUs went to a job past its latest fair start")
-    # a plan's non-finite deadline or remaining time never makes a start late, nor covered: the bound keeps its job
-    for late_in, left in ((math.nan, 300.0), (-math.inf, 300.0), (0.0, math.nan), (0.0, math.inf)):
+    """A start past its latest fair start (`fair_finish_in_s` <= 0) takes its GPUs from a job the restart bound keeps
+    when that job's slack covers the late job's remaining time (the elastic study's Saturn workloads,
+    docs/results_notes.md); not when it is shorter (two late jobs would take turns), nor for a start within its fair
+    start, nor from non-finite plan values."""
+    nan, inf = math.nan, math.inf
+    cases = ((0.0, 300.0, 1000.0, (2,)), (0.0, 300.0, 100.0, (1,)), (50.0, 300.0, 1000.0, (1,)),
+             (0.0, 300.0, None, (2,)), (nan, 300.0, 1000.0, (1,)), (-inf, 300.0, 1000.0, (1,)),
+             (0.0, nan, 1000.0, (1,)), (0.0, inf, 1000.0, (1,)))
+    for late_in, left, slack, runs in cases:
         view = ClusterView(now=0.0, round_index=3, round_length=ROUND, num_gpus=2,
                            jobs=(jv(1, True, 900.0, run_s=ROUND), jv(2, False, 300.0, gpus=2)))
         plans = {2: JobPlan(2, rule="deadline", fair_finish_in_s=late_in, predicted_remaining_s=left),
-                 1: JobPlan(1, next_offset=3, fair_finish_in_s=1000.0)}
-        assert gate(view, decided(view, (2,), plans), {}, 30.0)[0].run == (1,), (late_in, left)
+                 1: JobPlan(1, next_offset=3, fair_finish_in_s=slack)}
+        g, verdicts = gate(view, decided(view, (2,), plans), {}, 30.0)
+        assert g.run == runs and verdicts[1].pays is (runs == (2,)), (late_in, left, slack, g.run)
+        if runs == (2,):
+            assert verdicts[1].why.endswith("but its GPUs went to a job past its latest fair start")
 
 
 class _Scripted(Policy):
