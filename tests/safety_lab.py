@@ -3,8 +3,8 @@ jobs that checkpoint and resume under `shockwave-run` (tests/safety_train.py), t
 process (tests/safety_ctl.py, with its kill switch), and the end-of-test checks:
 
 every job COMPLETED with all its epochs, each epoch done once (none lost, none repeated), every run resumed
-where the runs before it ended (no work lost to a requeue), Slurm's restart count = runs - 1, no active job
-left held, the
+where the runs before it ended (no work lost to a requeue), every launch of a batch script printed its start,
+Slurm's restart count = runs - 1 (more only by runs whose launch never reached the node), no active job left held, the
 state database intact (`PRAGMA integrity_check`), rounds numbered without gaps, no requeue journalled
 twice at one restart count.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -198,6 +199,14 @@ class Lab:
         return {j: (self.work / f"out.{j}").read_text() if (self.work / f"out.{j}").exists() else ""
                 for j in self.jobs}
 
+    def launches(self, job: int) -> int | None:
+        """How often slurmd launched the job's batch script (its log: "Launching batch job 7" before 26.05, then
+        "Launching batch JobId=7 SLUID=..."); None where the log names no launch of any job."""
+        logs = [f.read_text(errors="replace") for f in self.c.paths.log.glob("slurmd*.log") if ".start." not in f.name]
+        if not any("Launching batch " in text for text in logs):
+            return None
+        return sum(len(re.findall(rf"Launching batch (?:job |JobId=|StepId=){job}[ .]", t)) for t in logs)
+
     def check(self) -> dict:
         """Assert the guarantees; returns a summary (restarts per job, rounds, kills, figures).  The figures
         (jobs, jobs lost, preemptions: preempted / kept / wasted) are printed on one line first,
@@ -226,7 +235,13 @@ class Lab:
                     problems.append(f"job {j}: run {m.group(1)} resumed at epoch {m.group(2)}, {done_so_far} were done")
                 if re.match(r"epoch \d+ restart", line):
                     done_so_far += 1
-            if restarts[j] != len(starts) - 1:
+            # every launch of its batch script printed its start (none was killed while starting); a restart without a
+            # launch is a run whose launch never reached the node (slurmctld stopped as it started the job), which
+            # Slurm or the controller then requeued: checked only where slurmd's log names the launches
+            launched = self.launches(j)
+            if launched is not None and launched != len(starts):
+                problems.append(f"job {j}: {launched} launches of its batch script, {len(starts)} printed a start")
+            if restarts[j] < len(starts) - 1 or (restarts[j] > len(starts) - 1 and launched is None):
                 problems.append(f"job {j}: Slurm restart count {restarts[j]} but {len(starts)} runs")
         db = sqlite3.connect(f"file:{self.state_dir / 'state.sqlite'}?mode=ro", uri=True)
         integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
@@ -253,6 +268,8 @@ class Lab:
         kills = [line.split(" ", 2)[2].strip() for line in self.calls.read_text().splitlines()
                  if " KILL " in line] if self.calls.exists() else []
         if problems:
+            # Slurm's own logs (slurmctld, slurmd) go with the kept directory: the cluster's root is removed
+            shutil.copytree(self.c.paths.log, self.root / "slurm-log", dirs_exist_ok=True)
             raise AssertionError("\n".join(problems) + f"\n{keep_root(self.root)}"
                                  f"\n--- controller log tail:\n{self.log.read_text()[-3000:]}")
         return {"restarts": restarts, "rounds": len(rounds), "kills": kills, "requeues": len(requeues),

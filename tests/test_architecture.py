@@ -63,6 +63,10 @@ PRODUCT_MAX_LINES += 7
 #: elastic study's Saturn workloads; solver/preemption.py), and the elastic stage lends no GPU to a job the restart
 #: bound keeps, a job's first change free (solver/elastic.py): 34 lines (16,526)
 PRODUCT_MAX_LINES += 34
+#: a running job whose wrapper reported its run's end is neither signalled nor requeued while Slurm has not heard
+#: (slurm/enact.py `RUN_END_S`: a requeue in a slurmctld outage ran a finished job again), less a shorter steer call
+#: and node-pin error: 9 lines (16,535)
+PRODUCT_MAX_LINES += 9
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

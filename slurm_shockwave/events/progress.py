@@ -80,6 +80,10 @@ class JobProgress:
             and self.epochs_done < self.total_epochs
         )
 
+    def run_ended(self, restart: int) -> bool:
+        """The wrapper of run `restart` (Slurm's restart count) reported its start, and an end after it."""
+        return self.started and not self.running and self.start_restart >= restart
+
     def busy_seconds(self, default_s: float) -> float:
         """Sum of the mean epoch duration of every completed epoch's batch size (no expansion)."""
         d = self.epoch_duration_by_bs

@@ -84,6 +84,7 @@ class SlurmBackend(ServiceBackend):
         self._first_submit: dict = {}
         self._history: dict = {}
         self._pending_since: dict = {}  # (job, restart count) of a requeued job -> first seen PENDING
+        self._run_ends: dict = {}  # (job, restart count) -> first seen ended in its events while RUNNING (jobview.py)
         self._follow: set[int] = set()  # planned jobs whose requeue the last round waits for (apply)
         self.sleep = sleep
         self.preemptions = PreemptionLog(state, metrics)
@@ -235,7 +236,9 @@ class SlurmBackend(ServiceBackend):
                 self.types.pinned(j),
                 jobview.job_signal(j, marker, self.cfg.preempt_signal)[0],  # its own checkpoint signal
                 requeue=j.requeue,
+                run_ended_for=jobview.run_ended_for(self._run_ends, j, progress, now),
             )
+        self._run_ends = {k: t for k, t in self._run_ends.items() if k[0] in self._observed}
         self._pending_since = {
             k: self._pending_since.get(k, now)
             for k in ((j.job_id, j.restart_count) for j, _ in managed if j.state == "PENDING" and j.restart_count > 0)
@@ -287,12 +290,8 @@ class SlurmBackend(ServiceBackend):
         # a pending job the round placed on a GPU type is steered there after a GPU count update, and pinned to its
         # nodes, before its release
         first = sum(1 for a in actions if a.verb == Verb.UPDATE_GPUS)
-        actions[first:first] = self.types.steer(
-            decision.placement,
-            run,
-            self.cli.slurm_version,
-            per_node_wanted(self._observed),
-        ) + self.pins.pins(assigned, run)
+        steer = self.types.steer(decision.placement, run, self.cli.slurm_version, per_node_wanted(self._observed))
+        actions[first:first] = steer + self.pins.pins(assigned, run)
 
         def done(action):
             for j in action.job_ids:

@@ -61,6 +61,10 @@ MAX_REASON_REWRITE_JOBS = 256
 #: (its signal handlers are not up: a checkpoint signal would be lost, or kill a shell that has not reached its
 #: `trap '' USR1`) is not preempted before this many seconds
 UNREPORTED_START_S = 60.0
+#: nor one whose wrapper reported the end of this run, for this many seconds: Slurm shows it RUNNING until slurmstepd's
+#: completion message lands (retried every 15 s while slurmctld is away), and a requeue then would run the finished
+#: job again; a job that claims an end it did not make gains this much once a run
+RUN_END_S = 60.0
 #: parts of a reason that change every round without news for the user (a countdown): not put in the mark
 _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
 
@@ -97,6 +101,7 @@ class Observed:
     wanted_nodes: int | None = None  # an elastic job's nodes at `wanted_gpus` (all of them, ``NumNodes=k-k``)
     grow: bool = False  # an elastic job its round grows (resize.py): bounded by the round's restart bound, not min_run
     requeue: bool = True  # False: --no-requeue, never stopped by a round (solver/pinned.py keeps it planned)
+    run_ended_for: float | None = None  # seconds since its events first showed this run's end (None: not ended)
 
 
 def held_orphans(
@@ -144,7 +149,7 @@ def reconcile(
     A job that (re)started less than `min_run` seconds ago is not preempted yet (no thrashing), but for an elastic
     job its round grows (`Observed.grow`: the elastic stage's own restart bound holds it, and a job Slurm started just
     before the round grows at its start, as in the simulator), nor a run whose wrapper has not reported its start yet
-    (`UNREPORTED_START_S`).
+    (`UNREPORTED_START_S`), nor a run whose wrapper reported its end (`RUN_END_S`).
     `reasons`: job -> short human reason put into the mark of a held job; `orphans`: marked jobs that
     are no longer managed (released if held, unmarked); `moves`: running jobs the round runs on other nodes than
     they run on (slurm/nodes.py), treated in authoritative mode like jobs that lost their round."""
@@ -193,7 +198,8 @@ def reconcile(
                     add(Verb.RELEASE if j.held else Verb.MARK, j.job_id, unmarked(j.admin_comment))
                 elif not planned and not j.held:
                     add(Verb.MARK, j.job_id, unmarked(j.admin_comment))
-            if mode != "authoritative" or not lost or not j.requeue:
+            ending = j.run_ended_for is not None and j.run_ended_for < RUN_END_S  # Slurm has not heard yet
+            if mode != "authoritative" or not lost or not j.requeue or ending:
                 continue
             # lost its round, moves to other nodes, or asks for another GPU count (resized while pending after the
             # requeue); a move is pinned to its new nodes when a later round releases it.  A signal that a later
@@ -333,17 +339,9 @@ class Enactor:
         out = {}
         for i in batch:
             errors = [failed[int(j)] for j in actions[i].job_ids if int(j) in failed]
-            out[i] = (
-                ids[i],
-                SlurmError(
-                    f"NodeList={actions[i].value}: {errors[0]}",
-                    cmd=["scontrol"],
-                    returncode=1,
-                    stderr="\n".join(errors),
-                )
-                if errors
-                else None,
-            )
+            text = f"NodeList={actions[i].value}: {errors[0]}" if errors else ""
+            err = SlurmError(text, cmd=["scontrol"], returncode=1, stderr="\n".join(errors))
+            out[i] = (ids[i], err if errors else None)
         return out
 
     def _call(self, a: Action) -> None:

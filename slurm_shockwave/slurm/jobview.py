@@ -62,6 +62,14 @@ def program_of(job) -> str:
     return job.name or os.path.basename(job.command or "") or "?"
 
 
+def run_ended_for(first_seen: dict, job, progress, now: float) -> float | None:
+    """Seconds since a round first saw this running job's run end in its events (`first_seen`: (job, restart count)
+    -> time, kept by the caller), while Slurm still shows it RUNNING (enact.py `RUN_END_S`); None: not ended."""
+    if job.state != "RUNNING" or not progress.run_ended(job.restart_count):
+        return None
+    return now - first_seen.setdefault((job.job_id, job.restart_count), now)
+
+
 def arrival_of(job, first_submit: dict, now: float) -> float:
     """The job's first submit time: the stored one when it is earlier than Slurm's (moved by a requeue)."""
     live = float(job.submit_time) if job.submit_time else None
