@@ -1,9 +1,13 @@
 """A run whose wrapper reported its end while Slurm still shows it RUNNING (slurmstepd's completion message is retried
 every 15 s while slurmctld is away): the reconcile neither signals nor requeues it (slurm/enact.py `RUN_END_S`)."""
+import dataclasses
+
 from slurm_shockwave.events.progress import JobProgress
 from slurm_shockwave.slurm.enact import RUN_END_S, Observed, reconcile
 from slurm_shockwave.slurm.jobview import run_ended_for
 from slurm_shockwave.slurm.ownership import format_mark
+from solver.types import RoundDecision
+from tests.slurm_backend_fakes import fake_backend, me, report, sent, slurm_job
 
 PREEMPTED = format_mark("held", "preempted")
 
@@ -29,3 +33,29 @@ def test_a_run_whose_wrapper_reported_its_end_is_neither_signalled_nor_requeued_
     assert run_ended_for(seen, job, ended, 100.0) == 0.0 and run_ended_for(seen, job, ended, 130.0) == 30.0
     assert run_ended_for({}, job, JobProgress(started=True, running=False, start_restart=0), 100.0) is None
     assert run_ended_for({}, job, JobProgress(started=True, running=True, start_restart=1), 100.0) is None
+
+
+def test_the_backend_sees_the_end_a_wrapper_reported_and_signals_the_job_only_after_run_end_s(tmp_path):
+    """Through the backend, from the job's own events in the store: job 5 still shows RUNNING after its wrapper
+    reported this run's start and its end; a round that runs job 6 instead leaves it alone for RUN_END_S, then
+    preempts it as any job that lost its round; the run before it ended (restart 0) says nothing of the next run."""
+    now = [1000.0]
+    running = slurm_job(5, state="RUNNING", start_time=100, user_id=me())
+    b = fake_backend(tmp_path, [running, slurm_job(6, user_id=me())], mode="authoritative", clock=lambda: now[0])
+    report(b, 5, "start")
+    report(b, 5, "exit", exit_code=0, reason="completed")
+
+    def round_at(t, job=running):
+        now[0] = t
+        b.cli.jobs = [job, slurm_job(6, user_id=me())]
+        n = len(sent(b))
+        b.observe()
+        b.apply(RoundDecision(run=(6,)))
+        return [(a.verb, a.job_ids) for a in sent(b)[n:] if 5 in a.job_ids]
+
+    assert round_at(1000.0) == [] and round_at(1000.0 + RUN_END_S - 1) == []
+    assert ("signal", (5,)) in round_at(1000.0 + RUN_END_S + 1)
+    # a later run (restart 1) whose wrapper has not reported yet: the end of run 0 does not cover it
+    assert b._observed[5].run_ended_for is not None
+    round_at(2000.0, dataclasses.replace(running, restart_count=1, start_time=1500))
+    assert b._observed[5].run_ended_for is None
