@@ -65,8 +65,9 @@ PRODUCT_MAX_LINES += 7
 PRODUCT_MAX_LINES += 34
 #: a running job whose wrapper reported its run's end is neither signalled nor requeued while Slurm has not heard
 #: (slurm/enact.py `RUN_END_S`: a requeue in a slurmctld outage ran a finished job again), less a shorter steer call
-#: and node-pin error: 9 lines (16,535)
-PRODUCT_MAX_LINES += 9
+#: and node-pin error: 9 lines (16,535); its window starts again after a read of the queue that failed (a 60-s outage
+#: outlasted it: slurm/jobview.py `RunEnds`): 20 lines (16,555)
+PRODUCT_MAX_LINES += 29
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

@@ -2,9 +2,12 @@
 every 15 s while slurmctld is away): the reconcile neither signals nor requeues it (slurm/enact.py `RUN_END_S`)."""
 import dataclasses
 
+import pytest
+
 from slurm_shockwave.events.progress import JobProgress
 from slurm_shockwave.slurm.enact import RUN_END_S, Observed, reconcile
-from slurm_shockwave.slurm.jobview import run_ended_for
+from slurm_shockwave.slurm.errors import SlurmError
+from slurm_shockwave.slurm.jobview import RunEnds
 from slurm_shockwave.slurm.ownership import format_mark
 from solver.types import RoundDecision
 from tests.slurm_backend_fakes import fake_backend, me, report, sent, slurm_job
@@ -28,12 +31,21 @@ def test_a_run_whose_wrapper_reported_its_end_is_neither_signalled_nor_requeued_
     assert run(None, {}) == run(RUN_END_S + 1, {}) == {("signal", "B:USR1"): (9,)}
     assert run(None, {9: [90.0, 1]}) == run(RUN_END_S + 1, {9: [90.0, 1]}) == {("requeue_hold", PREEMPTED): (9,)}
     # the end of this run (restart 1) in its events: from the first round that saw it; not an end of the run before
-    job, seen = type("J", (), {"job_id": 9, "state": "RUNNING", "restart_count": 1}), {}
+    job, ends = type("J", (), {"job_id": 9, "state": "RUNNING", "restart_count": 1}), RunEnds()
     ended = JobProgress(started=True, running=False, start_restart=1)
-    assert run_ended_for(seen, job, ended, 100.0) == 0.0 and run_ended_for(seen, job, ended, 130.0) == 30.0
-    assert run_ended_for({}, job, JobProgress(started=True, running=False, start_restart=0), 100.0) is None
-    assert run_ended_for({}, job, JobProgress(started=True, running=True, start_restart=1), 100.0) is None
-
+    assert ends.ended_for(job, ended, 100.0) == 0.0 and ends.ended_for(job, ended, 130.0) == 30.0
+    assert ends.ended_for(job, JobProgress(started=True, running=False, start_restart=0), 100.0) is None
+    assert ends.ended_for(job, JobProgress(started=True, running=True, start_restart=1), 100.0) is None
+    # a read of the queue that failed (slurmctld away): Slurm hears of the end only from now on, the window starts anew
+    ends.reading()
+    ends.answered()
+    assert ends.ended_for(job, ended, 150.0) == 50.0
+    ends.reading()
+    ends.reading()
+    ends.answered()
+    assert ends.ended_for(job, ended, 400.0) == 0.0 and ends.ended_for(job, ended, 410.0) == 10.0
+    ends.keep({8})
+    assert ends.first == {}
 
 def test_the_backend_sees_the_end_a_wrapper_reported_and_signals_the_job_only_after_run_end_s(tmp_path):
     """Through the backend, from the job's own events in the store: job 5 still shows RUNNING after its wrapper
@@ -54,7 +66,14 @@ def test_the_backend_sees_the_end_a_wrapper_reported_and_signals_the_job_only_af
         return [(a.verb, a.job_ids) for a in sent(b)[n:] if 5 in a.job_ids]
 
     assert round_at(1000.0) == [] and round_at(1000.0 + RUN_END_S - 1) == []
-    assert ("signal", (5,)) in round_at(1000.0 + RUN_END_S + 1)
+    # slurmctld away for a while (the read raises): the window starts again when it answers
+    reads = b.cli.squeue_jobs
+    b.cli.squeue_jobs = lambda *a, **k: (_ for _ in ()).throw(SlurmError("timed out", cmd=["squeue"], returncode=1))
+    with pytest.raises(SlurmError):
+        b.observe()
+    b.cli.squeue_jobs = reads
+    assert round_at(1000.0 + 2 * RUN_END_S) == [] and round_at(1000.0 + 3 * RUN_END_S - 1) == []
+    assert ("signal", (5,)) in round_at(1000.0 + 3 * RUN_END_S + 1)
     # a later run (restart 1) whose wrapper has not reported yet: the end of run 0 does not cover it
     assert b._observed[5].run_ended_for is not None
     round_at(2000.0, dataclasses.replace(running, restart_count=1, start_time=1500))

@@ -84,7 +84,7 @@ class SlurmBackend(ServiceBackend):
         self._first_submit: dict = {}
         self._history: dict = {}
         self._pending_since: dict = {}  # (job, restart count) of a requeued job -> first seen PENDING
-        self._run_ends: dict = {}  # (job, restart count) -> first seen ended in its events while RUNNING (jobview.py)
+        self._run_ends = jobview.RunEnds()  # when a round first saw a running job's run end in its events
         self._follow: set[int] = set()  # planned jobs whose requeue the last round waits for (apply)
         self.sleep = sleep
         self.preemptions = PreemptionLog(state, metrics)
@@ -168,6 +168,7 @@ class SlurmBackend(ServiceBackend):
     def observe(self) -> ClusterView:
         t0 = time.perf_counter()
         begun = self.clock()  # the round's start: before the reads, so rounds are round_seconds apart
+        self._run_ends.reading()
         with ThreadPoolExecutor(1) as pool:  # the nodes are read while the queue is (while Slurm answers)
             reading = pool.submit(self.cli.sinfo_nodes) if self.cli.answering else None
             jobs = self.cli.squeue_jobs(with_site_factor=True, incremental=True)
@@ -175,6 +176,7 @@ class SlurmBackend(ServiceBackend):
         if self.metrics:
             self.metrics.slurm_latency.observe(time.perf_counter() - t0)
         now = self.clock()
+        self._run_ends.answered()
         self._round_started = begun
         self._bad = {}
         self._ac = admin_comments(jobs)  # our ownership marks (slurm/ownership.py)
@@ -236,9 +238,9 @@ class SlurmBackend(ServiceBackend):
                 self.types.pinned(j),
                 jobview.job_signal(j, marker, self.cfg.preempt_signal)[0],  # its own checkpoint signal
                 requeue=j.requeue,
-                run_ended_for=jobview.run_ended_for(self._run_ends, j, progress, now),
+                run_ended_for=self._run_ends.ended_for(j, progress, now),
             )
-        self._run_ends = {k: t for k, t in self._run_ends.items() if k[0] in self._observed}
+        self._run_ends.keep(self._observed)
         self._pending_since = {
             k: self._pending_since.get(k, now)
             for k in ((j.job_id, j.restart_count) for j, _ in managed if j.state == "PENDING" and j.restart_count > 0)
@@ -287,8 +289,7 @@ class SlurmBackend(ServiceBackend):
             orphans=self._orphans,
             moves=moves,
         )
-        # a pending job the round placed on a GPU type is steered there after a GPU count update, and pinned to its
-        # nodes, before its release
+        # a pending job goes to its round's GPU type (after a GPU count update) and nodes before its release
         first = sum(1 for a in actions if a.verb == Verb.UPDATE_GPUS)
         steer = self.types.steer(decision.placement, run, self.cli.slurm_version, per_node_wanted(self._observed))
         actions[first:first] = steer + self.pins.pins(assigned, run)

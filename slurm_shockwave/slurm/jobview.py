@@ -62,12 +62,31 @@ def program_of(job) -> str:
     return job.name or os.path.basename(job.command or "") or "?"
 
 
-def run_ended_for(first_seen: dict, job, progress, now: float) -> float | None:
-    """Seconds since a round first saw this running job's run end in its events (`first_seen`: (job, restart count)
-    -> time, kept by the caller), while Slurm still shows it RUNNING (enact.py `RUN_END_S`); None: not ended."""
-    if job.state != "RUNNING" or not progress.run_ended(job.restart_count):
-        return None
-    return now - first_seen.setdefault((job.job_id, job.restart_count), now)
+class RunEnds:
+    """When a round first saw each running job's run end in its events while Slurm still showed it RUNNING ((job,
+    restart count) -> time; enact.py `RUN_END_S`).  Slurm hears of such an end from slurmstepd's retries once slurmctld
+    answers again, so after a read of the queue that failed (`reading` without `answered`) every window starts anew."""
+
+    def __init__(self) -> None:
+        self.first: dict = {}
+        self._reading = self._failed = False
+
+    def reading(self) -> None:
+        self._failed, self._reading = self._failed or self._reading, True
+
+    def answered(self) -> None:
+        if self._failed:
+            self.first = {}
+        self._reading = self._failed = False
+
+    def keep(self, job_ids) -> None:
+        self.first = {k: t for k, t in self.first.items() if k[0] in job_ids}
+
+    def ended_for(self, job, progress, now: float) -> float | None:
+        """Seconds since a round first saw this job's run end (None: it runs on, or Slurm does not show it RUNNING)."""
+        if job.state != "RUNNING" or not progress.run_ended(job.restart_count):
+            return None
+        return now - self.first.setdefault((job.job_id, job.restart_count), now)
 
 
 def arrival_of(job, first_submit: dict, now: float) -> float:
