@@ -66,8 +66,9 @@ PRODUCT_MAX_LINES += 34
 #: a running job whose wrapper reported its run's end is neither signalled nor requeued while Slurm has not heard
 #: (slurm/enact.py `RUN_END_S`: a requeue in a slurmctld outage ran a finished job again), less a shorter steer call
 #: and node-pin error: 9 lines (16,535); its window starts again after a read of the queue that failed (a 60-s outage
-#: outlasted it: slurm/jobview.py `RunEnds`): 20 lines (16,555)
-PRODUCT_MAX_LINES += 29
+#: outlasted it: slurm/jobview.py `RunEnds`): 20 lines (16,555); only a run that finished, not one whose own requeue
+#: failed (events/progress.py `run_ended`): 1 line (16,556)
+PRODUCT_MAX_LINES += 30
 #: the framework integrations (wrapper/integrations/: Lightning, Hugging Face, Accelerate, submitit), counted apart:
 #: optional modules, each imported only by users of its framework
 INTEGRATIONS = ROOT / "slurm_shockwave" / "wrapper" / "integrations"

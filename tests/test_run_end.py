@@ -32,10 +32,12 @@ def test_a_run_whose_wrapper_reported_its_end_is_neither_signalled_nor_requeued_
     assert run(None, {9: [90.0, 1]}) == run(RUN_END_S + 1, {9: [90.0, 1]}) == {("requeue_hold", PREEMPTED): (9,)}
     # the end of this run (restart 1) in its events: from the first round that saw it; not an end of the run before
     job, ends = type("J", (), {"job_id": 9, "state": "RUNNING", "restart_count": 1}), RunEnds()
-    ended = JobProgress(started=True, running=False, start_restart=1)
+    ended = JobProgress(started=True, running=False, start_restart=1, finished=True)
     assert ends.ended_for(job, ended, 100.0) == 0.0 and ends.ended_for(job, ended, 130.0) == 30.0
-    assert ends.ended_for(job, JobProgress(started=True, running=False, start_restart=0), 100.0) is None
+    assert ends.ended_for(job, JobProgress(started=True, start_restart=0, finished=True), 100.0) is None
     assert ends.ended_for(job, JobProgress(started=True, running=True, start_restart=1), 100.0) is None
+    # a run that ended without finishing (it failed, or its own requeue did): Slurm or the controller still acts
+    assert ends.ended_for(job, JobProgress(started=True, start_restart=1, exit_code=1), 100.0) is None
     # a read of the queue that failed (slurmctld away): Slurm hears of the end only from now on, the window starts anew
     ends.reading()
     ends.answered()
@@ -78,3 +80,17 @@ def test_the_backend_sees_the_end_a_wrapper_reported_and_signals_the_job_only_af
     assert b._observed[5].run_ended_for is not None
     round_at(2000.0, dataclasses.replace(running, restart_count=1, start_time=1500))
     assert b._observed[5].run_ended_for is None
+
+
+def test_a_run_whose_own_requeue_failed_is_still_requeued_by_the_controller(tmp_path):
+    """Its wrapper gave up its `scontrol requeue` (slurmctld away too long) and exited 1 with work left: not a finished
+    run; while Slurm still shows it RUNNING, the round that runs another job preempts it at once (its requeue saves
+    the work the failed one would have left unfinished)."""
+    running = slurm_job(5, state="RUNNING", start_time=100, user_id=me())
+    b = fake_backend(tmp_path, [running, slurm_job(6, user_id=me())], mode="authoritative", clock=lambda: 1000.0)
+    report(b, 5, "start")
+    report(b, 5, "exit", exit_code=1, reason="ended early: 3/10 epochs, requeue failed: timed out")
+    b.observe()
+    b.apply(RoundDecision(run=(6,)))
+    assert b._observed[5].run_ended_for is None
+    assert ("signal", (5,)) in [(a.verb, a.job_ids) for a in sent(b)]

@@ -61,9 +61,9 @@ MAX_REASON_REWRITE_JOBS = 256
 #: (its signal handlers are not up: a checkpoint signal would be lost, or kill a shell that has not reached its
 #: `trap '' USR1`) is not preempted before this many seconds
 UNREPORTED_START_S = 60.0
-#: nor one whose wrapper reported the end of this run, for this many seconds: Slurm shows it RUNNING until slurmstepd's
-#: completion message lands (retried every 15 s while slurmctld is away), and a requeue then would run the finished
-#: job again; a job that claims an end it did not make gains this much once a run
+#: nor one whose wrapper reported that this run finished the job, for this many seconds: Slurm shows it RUNNING until
+#: slurmstepd's completion message lands (retried every 15 s while slurmctld is away), and a requeue then would run the
+#: finished job again; a job that claims an end it did not make gains this much once a run
 RUN_END_S = 60.0
 #: parts of a reason that change every round without news for the user (a countdown): not put in the mark
 _VOLATILE = re.compile(r"\s*\(round [+-]?\d+\)")
