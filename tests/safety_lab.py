@@ -199,13 +199,15 @@ class Lab:
         return {j: (self.work / f"out.{j}").read_text() if (self.work / f"out.{j}").exists() else ""
                 for j in self.jobs}
 
-    def launches(self, job: int) -> int | None:
-        """How often slurmd launched the job's batch script (its log: "Launching batch job 7" before 26.05, then
+    def launches(self) -> dict[int, int] | None:
+        """job -> how often slurmd launched its batch script (its log: "Launching batch job 7" before 26.05, then
         "Launching batch JobId=7 SLUID=..."); None where the log names no launch of any job."""
-        logs = [f.read_text(errors="replace") for f in self.c.paths.log.glob("slurmd*.log") if ".start." not in f.name]
-        if not any("Launching batch " in text for text in logs):
+        text = "".join(f.read_text(errors="replace") for f in self.c.paths.log.glob("slurmd*.log")
+                       if ".start." not in f.name)
+        if "Launching batch " not in text:
             return None
-        return sum(len(re.findall(rf"Launching batch (?:job |JobId=|StepId=){job}[ .]", t)) for t in logs)
+        found = re.findall(r"Launching batch (?:job |JobId=|StepId=)(\d+)[ .]", text)
+        return {j: found.count(str(j)) for j in self.jobs}
 
     def check(self) -> dict:
         """Assert the guarantees; returns a summary (restarts per job, rounds, kills, figures).  The figures
@@ -216,6 +218,7 @@ class Lab:
         problems = []
         restarts = {}
         lost = set()
+        launches = self.launches()
         for j, out in self.outputs().items():
             r = raw.get(j, {})
             if r.get("job_state") != "COMPLETED":
@@ -238,7 +241,7 @@ class Lab:
             # every launch of its batch script printed its start (none was killed while starting); a restart without a
             # launch is a run whose launch never reached the node (slurmctld stopped as it started the job), which
             # Slurm or the controller then requeued: checked only where slurmd's log names the launches
-            launched = self.launches(j)
+            launched = launches[j] if launches is not None else None
             if launched is not None and launched != len(starts):
                 problems.append(f"job {j}: {launched} launches of its batch script, {len(starts)} printed a start")
             if restarts[j] < len(starts) - 1 or (restarts[j] > len(starts) - 1 and launched is None):

@@ -83,7 +83,7 @@ class JobProgress:
     def run_ended(self, restart: int) -> bool:
         """The wrapper of run `restart` (Slurm's restart count) reported its start, then that the job finished (not
         a run that failed, nor one whose own requeue failed: Slurm, or the controller's requeue, still has to act)."""
-        return self.finished and not self.running and self.start_restart >= restart
+        return self.finished and self.start_restart >= restart
 
     def busy_seconds(self, default_s: float) -> float:
         """Sum of the mean epoch duration of every completed epoch's batch size (no expansion)."""

@@ -69,15 +69,15 @@ class RunEnds:
 
     def __init__(self) -> None:
         self.first: dict = {}
-        self._reading = self._failed = False
+        self._reading = False
 
     def reading(self) -> None:
-        self._failed, self._reading = self._failed or self._reading, True
+        if self._reading:  # the read before never answered
+            self.first = {}
+        self._reading = True
 
     def answered(self) -> None:
-        if self._failed:
-            self.first = {}
-        self._reading = self._failed = False
+        self._reading = False
 
     def keep(self, job_ids) -> None:
         self.first = {k: t for k, t in self.first.items() if k[0] in job_ids}
